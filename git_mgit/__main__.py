@@ -1,0 +1,5 @@
+import sys
+
+from git_mgit.cli import main
+
+sys.exit(main())

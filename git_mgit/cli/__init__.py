@@ -1,0 +1,93 @@
+"""`git mgit` command line: one module per subcommand, imported lazily.
+
+Each module in this package defines `add_arguments(parser)` and
+`run(args) -> int`; its docstring's first line is the subcommand's help.
+Lazy import keeps `git mgit filter-process` start-up fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from git_mgit.errors import MgitError
+
+# subcommand name -> module under git_mgit.cli
+COMMANDS: dict[str, str] = {
+    "install": "install",
+    "uninstall": "uninstall",
+    "track": "track",
+    "untrack": "untrack",
+    "ls-files": "ls_files",
+    "status": "status",
+    "fsck": "fsck",
+    "gc": "gc",
+    "fetch": "fetch",
+    "push": "push",
+    "filter-process": "filter_process",
+    "clean": "clean",
+    "smudge": "smudge",
+    "merge-driver": "merge_driver",
+    "textconv": "textconv",
+    "hook": "hook",
+}
+
+HELP: dict[str, str] = {
+    "install": "configure filters, drivers and hooks (global by default)",
+    "uninstall": "remove what install configured",
+    "track": "store files matching a pattern as tensor objects",
+    "untrack": "stop tracking a pattern",
+    "ls-files": "list tracked model files",
+    "status": "per tracked file: raw size, stored size, objects, chain depth",
+    "fsck": "verify every object reachable from any manifest",
+    "gc": "drop objects that no ref, reflog or index needs",
+    "fetch": "fetch tensor objects and lineage notes from a remote",
+    "push": "push tensor objects and lineage notes to a remote",
+    "filter-process": "long-running git filter (protocol v2); git runs it",
+    "clean": "single-shot clean filter: file on stdin, manifest on stdout",
+    "smudge": "single-shot smudge filter: manifest on stdin, file on stdout",
+    "merge-driver": "three-way merge of manifests; git runs it",
+    "textconv": "print a manifest as a readable tensor listing; git diff runs it",
+    "hook": "run one of git-mgit's git hooks",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; only `command`'s module is imported."""
+    parser = argparse.ArgumentParser(
+        prog="git mgit", description="Model checkpoints as first-class git citizens."
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        p = sub.add_parser(name, help=HELP[name], description=HELP[name])
+        if name == command:
+            _module(name).add_arguments(p)
+    return parser
+
+
+def _module(name: str):
+    return importlib.import_module(f"git_mgit.cli.{COMMANDS[name]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    command = command if command in COMMANDS else None
+    args = build_parser(command).parse_args(argv)
+    if args.version:
+        from git_mgit import __version__
+
+        print(f"git-mgit {__version__}")
+        return 0
+    if args.command is None:
+        build_parser().print_help()
+        return 1
+    try:
+        return int(_module(args.command).run(args) or 0)
+    except MgitError as exc:
+        print(f"git-mgit: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,110 @@
+"""Thin, typed wrappers around the real `git` binary.
+
+git-mgit drives plumbing commands rather than re-implementing them, so that
+config precedence, hooksPath, worktrees and alternates behave exactly as git
+defines them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from git_mgit.errors import MgitError
+
+
+class GitError(MgitError):
+    """A git command failed; the message carries git's own stderr."""
+
+
+def git(
+    *args: str,
+    cwd: str | os.PathLike[str] | None = None,
+    input: bytes | None = None,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run git and return stdout as text (stripped of one trailing newline)."""
+    out = git_bytes(*args, cwd=cwd, input=input, check=check, env=env)
+    text = out.decode("utf-8", "surrogateescape")
+    return text[:-1] if text.endswith("\n") else text
+
+
+def git_bytes(
+    *args: str,
+    cwd: str | os.PathLike[str] | None = None,
+    input: bytes | None = None,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+) -> bytes:
+    """Run git and return raw stdout; raise GitError with git's message on failure."""
+    proc = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        env={**os.environ, **env} if env else None,
+    )
+    if check and proc.returncode != 0:
+        msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        detail = msg[-1] if msg else f"exit {proc.returncode}"
+        raise GitError(f"git {' '.join(args[:2])} failed: {detail}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class Repo:
+    """Paths of one git repository, as git itself resolves them."""
+
+    worktree: Path | None
+    git_dir: Path
+    common_dir: Path
+
+    @cached_property
+    def objects_dir(self) -> Path:
+        env = os.environ.get("GIT_OBJECT_DIRECTORY")
+        return Path(env) if env else self.common_dir / "objects"
+
+    @cached_property
+    def mgit_dir(self) -> Path:
+        """Local, rebuildable state (lookup cache, locks) under .git/mgit/."""
+        path = self.common_dir / "mgit"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def git(self, *args: str, **kwargs) -> str:
+        return git(*args, cwd=self.worktree or self.git_dir, **kwargs)
+
+    def git_bytes(self, *args: str, **kwargs) -> bytes:
+        return git_bytes(*args, cwd=self.worktree or self.git_dir, **kwargs)
+
+
+def find_repo(cwd: str | os.PathLike[str] | None = None) -> Repo:
+    """Locate the repository containing `cwd` (default: the current directory)."""
+    try:
+        out = git(
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-dir",
+            "--git-common-dir",
+            "--show-toplevel",
+            cwd=cwd,
+        )
+    except GitError:
+        out = ""
+    lines = out.splitlines()
+    if len(lines) < 2:
+        # Bare repository: --show-toplevel fails, ask again without it.
+        try:
+            lines = git(
+                "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir", cwd=cwd
+            ).splitlines()
+        except GitError as exc:
+            raise MgitError(
+                f"{os.path.abspath(cwd or '.')}: not a git repository; run this inside one"
+            ) from exc
+    worktree = Path(lines[2]) if len(lines) > 2 and lines[2] else None
+    return Repo(worktree=worktree, git_dir=Path(lines[0]), common_dir=Path(lines[1]))

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.gitsandbox import (
+    GitHttpServer,
+    Remote,
+    init_bare_remote,
+    init_http_remote,
+    init_repo,
+)
 
 VENV_BIN = str(Path(sys.executable).parent)
 
@@ -32,3 +41,33 @@ def isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("PATH", VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
     (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
     return home
+
+
+@pytest.fixture
+def workrepo(tmp_path: Path) -> Path:
+    """A fresh non-bare repository on branch ``main``."""
+    return init_repo(tmp_path / "work")
+
+
+@pytest.fixture
+def bare_remote(tmp_path: Path) -> Remote:
+    """A bare repository reached through a ``file://`` URL."""
+    return init_bare_remote(tmp_path / "remote.git")
+
+
+@pytest.fixture
+def git_http_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[GitHttpServer]:
+    """A smart-HTTP server (real ``git http-backend``) on a free loopback port."""
+    # A developer's proxy settings must not swallow requests meant for loopback.
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    root = tmp_path / "http-root"
+    root.mkdir()
+    with GitHttpServer(root) as server:
+        yield server
+
+
+@pytest.fixture
+def http_remote(git_http_server: GitHttpServer) -> Remote:
+    """A bare repository served over smart HTTP that accepts anonymous pushes."""
+    return init_http_remote(git_http_server)

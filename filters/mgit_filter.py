@@ -1,0 +1,85 @@
+"""The git-mgit filter: connects git's filter protocol to clean and smudge.
+
+Smudges whose objects are missing are delayed (when git allows it) and
+fetched in one batch when git asks which blobs are available, so a clone or
+checkout of many model files costs one fetch, not one per file.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import BinaryIO
+
+from git_mgit import config, setup, transport
+from git_mgit import manifest as mf
+from git_mgit.clean import clean
+from git_mgit.errors import MgitError
+from git_mgit.filters.process import ContentSink, Delayed
+from git_mgit.gitcmd import GitError, Repo
+from git_mgit.smudge import missing_chunks, parse_or_none, smudge
+from git_mgit.store.chunkstore import ChunkStore
+
+
+class MgitFilter:
+    def __init__(self, repo: Repo) -> None:
+        self.repo = repo
+        self.settings = config.load(repo)
+        self.store = ChunkStore(repo)
+        self.delayed: dict[str, mf.Manifest] = {}
+        self._fetched = False
+        self._setup_done = False
+
+    def _ensure_setup(self) -> None:
+        # A fresh clone has no refspecs or hooks yet: add them on first use.
+        if not self._setup_done:
+            self._setup_done = True
+            try:
+                setup.ensure_repo(self.repo)
+            except MgitError as exc:  # a hook problem must never block add or checkout
+                print(f"git-mgit: warning: {exc}", file=sys.stderr)
+
+    def clean(self, pathname: str, src: BinaryIO) -> bytes:
+        self._ensure_setup()
+        return clean(src, pathname, self.store, self.settings)
+
+    def smudge(self, pathname: str, data: bytes, sink: ContentSink, can_delay: bool) -> None:
+        self._ensure_setup()
+        m = self.delayed.pop(pathname, None) or parse_or_none(data, pathname)
+        if m is None:
+            sink.write(data)
+            return
+        if missing_chunks(m, self.store):
+            if can_delay:
+                self.delayed[pathname] = m
+                raise Delayed(pathname)
+            self._fetch()
+        smudge(m, pathname, self.store, sink.write)
+
+    def list_available(self) -> list[str]:
+        """Fetch once for every delayed path; hand all of them back.
+
+        Paths whose objects are still missing are handed back too, so that the
+        re-sent smudge reports a clear error instead of git waiting forever.
+        """
+        if self.delayed:
+            self._fetch()
+        return list(self.delayed)
+
+    def _fetch(self) -> None:
+        if self._fetched:
+            return
+        self._fetched = True
+        remote = transport.default_remote(self.repo)
+        for name in [remote] if remote else transport.remotes(self.repo):
+            try:
+                transport.fetch(self.repo, name)
+            except GitError as exc:
+                # The next remote may have them; smudge then reports what is still missing.
+                print(
+                    f"git-mgit: warning: fetching objects from {name} failed: {exc}",
+                    file=sys.stderr,
+                )
+        self.store.invalidate()
+
+    def close(self) -> None:
+        self.store.close()

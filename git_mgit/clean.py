@@ -1,0 +1,214 @@
+"""Clean: stream a file's bytes in, store its chunks, return its manifest.
+
+The file arrives from git as a stream of unknown length. The safetensors
+header is read and validated first; then each tensor is read chunk by chunk
+into one of two reusable buffers, hashed on this thread and, when new,
+encoded and written on a background thread, so memory stays at a few chunks
+whatever the file size. Anything the parser rejects, and any bytes the header
+does not account for, are stored as opaque `bytes` segments: never fail
+`git add`, never lose a byte.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import BinaryIO
+
+from git_mgit import codecs, hashing
+from git_mgit import manifest as mf
+from git_mgit.config import Settings
+from git_mgit.errors import NotSafetensors
+from git_mgit.progress import Progress
+from git_mgit.safetensors_format import TensorInfo, header_length, parse_header
+from git_mgit.store.chunkstore import ChunkStore
+
+Warn = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(f"git-mgit: warning: {msg}", file=sys.stderr)
+
+
+class _Source:
+    """Exact-length reads from a stream that may return short reads."""
+
+    def __init__(self, src: BinaryIO) -> None:
+        self.src = src
+        self.pos = 0
+
+    def read_into(self, view: memoryview) -> int:
+        got = 0
+        while got < len(view):
+            n = self.src.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        self.pos += got
+        return got
+
+    def read(self, n: int) -> bytes:
+        buf = bytearray(n)
+        return bytes(buf[: self.read_into(memoryview(buf))])
+
+
+class _Builder:
+    """Accumulates segments and drives hashing, dedup and background encoding."""
+
+    def __init__(
+        self,
+        store: ChunkStore,
+        settings: Settings,
+        previous: mf.Manifest | None,
+        progress: Progress,
+    ) -> None:
+        self.store, self.settings, self.progress = store, settings, progress
+        self.segments: list[mf.Segment] = []
+        self.previous = previous.tensors() if previous else {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgit-encode")
+        self._buffers: list[bytearray] = []
+        self._busy: list[Future | None] = [None, None]
+        self._turn = 0
+        self._submitted: set[bytes] = set()
+
+    def _buffer(self, size: int) -> tuple[int, memoryview]:
+        """A free buffer of at least `size` bytes (waits for its previous job)."""
+        i = self._turn
+        self._turn ^= 1
+        job = self._busy[i]
+        if job is not None:
+            job.result()
+            self._busy[i] = None
+        if len(self._buffers) <= i:
+            self._buffers.append(bytearray(size))
+        elif len(self._buffers[i]) < size:
+            self._buffers[i] = bytearray(size)
+        return i, memoryview(self._buffers[i])[:size]
+
+    def _store(self, slot: int, view: memoryview, dtype: str, base: bytes | None) -> bytes:
+        h = hashing.digest(view)
+        self.progress.update(len(view))
+        if h in self._submitted or self.store.has(h):
+            return h
+        self._submitted.add(h)
+        self._busy[slot] = self._pool.submit(self._encode, view, h, dtype, base)
+        return h
+
+    def _encode(self, view: memoryview, h: bytes, dtype: str, base_hash: bytes | None) -> None:
+        base = None
+        if base_hash is not None and self.store.has(base_hash):
+            _, depth = self.store.chain_of(base_hash)
+            if depth < self.settings.max_chain_depth:
+                base = codecs.Base(self.store.get_raw(base_hash), base_hash, depth)
+        self.store.put(h, codecs.encode(view, dtype, h, base, self.settings.max_chain_depth))
+
+    def add_bytes(self, kind: str, data: bytes, src: _Source | None = None) -> None:
+        """A header or opaque segment: `data` first, then (if src) the rest of the stream."""
+        start = self.segments[-1].offset + self.segments[-1].length if self.segments else 0
+        hashes, length, pending = [], 0, memoryview(data)
+        while True:
+            slot, buf = self._buffer(self.settings.chunk_size)
+            n = min(len(pending), len(buf))
+            buf[:n] = pending[:n]
+            pending = pending[n:]
+            if src is not None and n < len(buf):
+                n += src.read_into(buf[n:])
+            if n == 0:
+                break
+            hashes.append(self._store(slot, buf[:n], "bytes", None))
+            length += n
+            if n < len(buf) and not pending:
+                break
+        self.segments.append(mf.Segment(kind, start, length, tuple(hashes)))
+
+    def add_tensor(self, t: TensorInfo, src: _Source) -> bool:
+        """Stream one tensor's chunks; False if the stream ended inside it.
+
+        A truncated tensor becomes one `bytes` segment over everything read.
+        """
+        prev = self.previous.get(t.name)
+        if prev is not None and (prev.dtype, prev.shape) != (t.dtype, t.shape):
+            prev = None
+        hashes: list[bytes] = []
+        length = t.end - t.begin
+        for i, off in enumerate(range(0, length, self.settings.chunk_size)):
+            size = min(self.settings.chunk_size, length - off)
+            slot, buf = self._buffer(size)
+            got = src.read_into(buf)
+            if got < size:
+                if got:
+                    hashes.append(self._store(slot, buf[:got], "bytes", None))
+                self.segments.append(mf.Segment("bytes", t.begin, off + got, tuple(hashes)))
+                return False
+            base = prev.hashes[i] if prev is not None and i < len(prev.hashes) else None
+            hashes.append(self._store(slot, buf, t.dtype, base))
+        self.segments.append(
+            mf.Segment("tensor", t.begin, length, tuple(hashes), t.name, t.dtype, t.shape)
+        )
+        return True
+
+    def finish(self, kind: str) -> mf.Manifest:
+        for job in self._busy:
+            if job is not None:
+                job.result()
+        self._pool.shutdown()
+        self.store.flush()
+        size = sum(s.length for s in self.segments)
+        return mf.Manifest(kind, size, self.settings.chunk_size, self.segments)
+
+
+def previous_manifest(store: ChunkStore, path: str) -> mf.Manifest | None:
+    """The staged (else committed) manifest of `path`: the delta bases for this version."""
+    for rev in (":" + path, "HEAD:" + path):
+        data = store.reader.read(rev)
+        if data is not None and mf.looks_like_manifest(data):
+            try:
+                return mf.parse(bytes(data))
+            except mf.ManifestError:
+                return None
+    return None
+
+
+def clean(
+    src: BinaryIO, path: str, store: ChunkStore, settings: Settings, warn: Warn = _stderr
+) -> bytes:
+    """Consume the whole stream; return the canonical manifest bytes."""
+    source = _Source(src)
+    prefix = source.read(8)
+    header = None
+    head = prefix
+    try:
+        head += source.read(header_length(prefix))
+        if len(head) < 8 + header_length(prefix):
+            raise NotSafetensors("the file ends inside its header")
+        header = parse_header(head)
+    except NotSafetensors as exc:
+        if head:
+            warn(f"{path}: not a valid safetensors file ({exc}); storing it as opaque bytes")
+    progress = Progress(f"git-mgit: storing {path}", header.file_size if header else None)
+    builder = _Builder(
+        store, settings, previous_manifest(store, path) if header else None, progress
+    )
+    try:
+        if header is None:
+            if head:
+                builder.add_bytes("bytes", head, source)
+            return builder.finish("opaque").render()
+        builder.add_bytes("header", head)
+        for t in header.tensors:
+            if not builder.add_tensor(t, source):
+                warn(
+                    f"{path}: file ends inside tensor {t.name!r} (truncated?); stored as opaque bytes"
+                )
+                return builder.finish("opaque").render()
+        extra = source.read(1)
+        if extra:
+            warn(
+                f"{path}: {header.file_size}-byte safetensors file has trailing bytes; storing them opaque"
+            )
+            builder.add_bytes("bytes", extra, source)
+            return builder.finish("opaque").render()
+        return builder.finish("safetensors").render()
+    finally:
+        progress.finish()

@@ -1,0 +1,22 @@
+"""Long-running filter process (git runs it; see filter.mgit.process)."""
+
+from __future__ import annotations
+
+import argparse
+
+from git_mgit.gitcmd import find_repo
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    from git_mgit.filters.mgit_filter import MgitFilter
+    from git_mgit.filters.process import serve
+
+    handler = MgitFilter(find_repo())
+    try:
+        return serve(handler)
+    finally:
+        handler.close()

@@ -1,0 +1,104 @@
+"""Drop tensor objects that no ref, reflog or index needs any more.
+
+Objects stay while a reachable manifest uses them (directly or as a delta
+base) or while their anchor is younger than the grace period, so a file that
+was added but not yet committed elsewhere is never lost. Old anchors are
+folded into one, then `git gc --prune=<grace>` removes what became
+unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from git_mgit import config
+from git_mgit import manifest as mf
+from git_mgit.gitcmd import Repo, find_repo
+from git_mgit.progress import format_size
+from git_mgit.store import anchors
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects
+from git_mgit.store.packwriter import PackWriter
+from git_mgit.tracked import reachable_manifests
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--prune",
+        metavar="DATE",
+        help="grace period, as git gc --prune (default: mgit.gcGracePeriod, 14.days.ago)",
+    )
+    parser.add_argument("--dry-run", "-n", action="store_true", help="report what would be dropped")
+
+
+def cutoff(repo: Repo, when: str) -> int:
+    """Unix time before which an unreferenced object may go (git's date syntax)."""
+    if when == "now":
+        return int(time.time()) + 1
+    out = repo.git("rev-parse", f"--since={when}")
+    return int(out.split("=", 1)[1])
+
+
+def needed_hashes(store: ChunkStore) -> set[bytes]:
+    needed: set[bytes] = set()
+    for _, _, m in reachable_manifests(store.repo, store.reader):
+        if isinstance(m, mf.Manifest):
+            needed.update(c.content_hash for c in m.chunks())
+    stack = [h for h in needed if store.locate(h)]
+    while stack:  # delta bases are needed too
+        base = store.chain_of(stack.pop())[0]
+        if base is not None and base not in needed:
+            needed.add(base)
+            if store.locate(base):
+                stack.append(base)
+    return needed
+
+
+def run(args: argparse.Namespace) -> int:
+    repo = find_repo()
+    grace = args.prune or config.load(repo).gc_grace
+    limit = cutoff(repo, grace)
+    store = ChunkStore(repo)
+    try:
+        store.cache.rebuild()
+        needed = needed_hashes(store)
+        refs = repo.git(
+            "for-each-ref", "--format=%(refname) %(objectname) %(committerdate:unix)", ANCHOR_PREFIX
+        )
+        rows = [line.split() for line in refs.splitlines()]
+        old = [r for r in rows if int(r[2]) < limit]
+        if not old:
+            print("nothing to drop: every anchor is within the grace period")
+            return 0
+        old_objects = _objects_of(repo, [c for _, c, _ in old])
+        young = _objects_of(repo, [c for _, c, t in rows if int(t) >= limit])
+        keep = {h: o for h, o in old_objects.items() if h in needed}
+        drop = {h: o for h, o in old_objects.items() if h not in needed and h not in young}
+        freed = sum(store.cache.get(h)[1] for h in drop if store.cache.get(h))
+        verb = "would drop" if args.dry_run else "dropped"
+        if args.dry_run or not drop:
+            print(f"{verb} {len(drop)} objects ({format_size(freed)})")
+            return 0
+        pack = PackWriter(repo.objects_dir)
+        commit = (
+            anchors.write_anchor(pack, [(h, bytes.fromhex(o)) for h, o in keep.items()])
+            if keep
+            else None
+        )
+        pack.finish()
+        if commit:
+            anchors.set_ref(repo, commit)
+        repo.git(
+            "update-ref", "--stdin", input="".join(f"delete {r} {c}\n" for r, c, _ in old).encode()
+        )
+        store.cache.rebuild()
+    finally:
+        store.close()
+    repo.git("gc", "--quiet", f"--prune={grace}")
+    print(f"{verb} {len(drop)} objects ({format_size(freed)})")
+    return 0
+
+
+def _objects_of(repo: Repo, commits: list[str]) -> dict[bytes, str]:
+    return {h: oid for h, oid, _ in anchor_objects(repo, commits, [])} if commits else {}

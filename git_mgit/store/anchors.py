@@ -1,0 +1,53 @@
+"""Anchor refs: what keeps tensor objects reachable, so `git gc` never prunes them.
+
+Each batch of new objects gets one commit whose tree files every object as
+`ab/cd/<64 hex content hash>`, under its own ref refs/mgit/objects/<commit id>.
+Ref names are unique, so two clones pushing at the same time never conflict,
+and a push of refs/mgit/objects/* carries every object to any git remote.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+
+from git_mgit.gitcmd import Repo
+from git_mgit.store.gitobjects import commit_body, tree_body
+from git_mgit.store.lookup import ANCHOR_PREFIX
+from git_mgit.store.packwriter import PackWriter
+
+IDENT = "git-mgit <git-mgit@localhost>"
+TREE, BLOB = "40000", "100644"
+
+
+def write_anchor(
+    pack: PackWriter, objects: Sequence[tuple[bytes, bytes]], parents: Sequence[str] = ()
+) -> str:
+    """Add the fan-out trees and the anchor commit for (content hash, oid20) pairs to `pack`.
+
+    Returns the commit id (hex). The caller finishes the pack, then calls set_ref().
+    """
+    level2: dict[str, dict[str, list[tuple[str, bytes, bytes]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for content_hash, oid in objects:
+        h = content_hash.hex()
+        level2[h[:2]][h[2:4]].append((BLOB, h.encode(), oid))
+    top = []
+    for a, subdirs in level2.items():
+        mid = [
+            (TREE, b.encode(), pack.add("tree", [tree_body(ents)])) for b, ents in subdirs.items()
+        ]
+        top.append((TREE, a.encode(), pack.add("tree", [tree_body(mid)])))
+    root = pack.add("tree", [tree_body(top)])
+    msg = f"git-mgit objects\n\n{len(objects)} tensor objects\n"
+    return pack.add(
+        "commit", [commit_body(root.hex(), list(parents), msg, IDENT, int(time.time()))]
+    ).hex()
+
+
+def set_ref(repo: Repo, commit: str) -> str:
+    ref = ANCHOR_PREFIX + commit
+    repo.git("update-ref", ref, commit, "")
+    return ref

@@ -1,0 +1,302 @@
+"""A direct writer of git packfiles (v2) and pack indexes (v2).
+
+`git hash-object -w` stores ~20 MB/s; tensor payloads are already compressed
+and arrive in hundreds of MB, so objects go straight into a new pack in
+objects/pack instead. Payload bytes are framed as zlib "stored" blocks that
+point into the caller's buffers (no compression, no copies), .
+
+SHA-1 (~2 GB/s) is the bottleneck and must run twice over the payload: once
+for the object id in add(), and once for the pack trailer in finish(),
+because the pack header holds the object count, which only finish() knows.
+Everything else is arranged around those two passes on the second core:
+add() writes and computes adler32 while a worker hashes the object id;
+finish() re-reads the pack from page cache on a worker that also computes the
+entries' CRC32 for the idx, while the kernel writes the pack back to disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import tempfile
+import zlib
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from types import TracebackType
+
+from git_mgit.store.gitobjects import Part, byte_view, object_header
+
+PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3}
+ZLIB_HEADER = b"\x78\x01"  # deflate, 32K window, "fastest" level, valid FCHECK
+BLOCK = 0xFFFF  # largest stored-block payload
+FULL_BLOCK = b"\x00\xff\xff\x00\x00"  # non-final stored block of BLOCK bytes
+WINDOW = BLOCK * 64  # adler32 and writes walk 4 MiB at a time (fewer syscalls, same speed)
+THREAD_MIN = 1 << 20  # below this, handing SHA-1 to the worker costs more than it saves
+READ_BLOCK = 8 << 20
+LARGE_OFFSET = 1 << 31  # idx v2: offsets from here on go to the 64-bit table
+
+
+def encode_idx(entries: Iterable[tuple[bytes, int, int]], pack_digest: bytes) -> bytes:
+    """An idx v2 for (oid20, pack offset, crc32) entries of the pack with trailer pack_digest."""
+    ents = sorted(entries)
+    n = len(ents)
+    counts = [0] * 256
+    for oid, _, _ in ents:
+        counts[oid[0]] += 1
+    fanout, total = [], 0
+    for c in counts:
+        total += c
+        fanout.append(total)
+    small, large = [], []
+    for _, offset, _ in ents:
+        if offset < LARGE_OFFSET:
+            small.append(offset)
+        else:
+            small.append(LARGE_OFFSET | len(large))
+            large.append(offset)
+    out = bytearray(b"\xfftOc\x00\x00\x00\x02")
+    out += struct.pack(">256I", *fanout)
+    out += b"".join(oid for oid, _, _ in ents)
+    out += struct.pack(f">{n}I", *(crc for _, _, crc in ents))
+    out += struct.pack(f">{n}I", *small)
+    out += struct.pack(f">{len(large)}Q", *large)
+    out += pack_digest
+    out += hashlib.sha1(out).digest()
+    return bytes(out)
+
+
+def entry_header(type_code: int, size: int) -> bytes:
+    """Pack entry header: type in bits 4-6 of the first byte, size as a little-endian varint."""
+    out = bytearray()
+    byte = (type_code << 4) | (size & 0x0F)
+    size >>= 4
+    while size:
+        out.append(byte | 0x80)
+        byte = size & 0x7F
+        size >>= 7
+    out.append(byte)
+    return bytes(out)
+
+
+def _stored_block_header(final: bool, length: int) -> bytes:
+    return (
+        FULL_BLOCK
+        if not final and length == BLOCK
+        else struct.pack("<BHH", final, length, length ^ 0xFFFF)
+    )
+
+
+def _hash_all(hasher: hashlib._Hash, views: Sequence[memoryview]) -> None:
+    for v in views:
+        hasher.update(v)
+
+
+class PackWriter:
+    """Appends objects to one new pack in objects_dir/pack; finish() makes it visible to git atomically."""
+
+    def __init__(self, objects_dir: Path) -> None:
+        self._dir = Path(objects_dir) / "pack"
+        self._dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="tmp_pack_", dir=self._dir)
+        self._fd: int | None = fd
+        self._tmp_pack: Path | None = Path(name)
+        self._tmp_idx: Path | None = None
+        self._entries: dict[bytes, tuple[int, int]] = {}  # oid -> (start, end), in file order
+        self._end = 12  # header rewritten with the real count at finish()
+        self._pool: ThreadPoolExecutor | None = None
+        try:
+            self._pwritev([b"PACK" + struct.pack(">II", 2, 0)], 0)
+        except BaseException:
+            self.abort()
+            raise
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __enter__(self) -> PackWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+
+    def _worker(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            # Two: finish() re-reads the pack on one while the other waits on fdatasync.
+            self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mgit-pack")
+        return self._pool
+
+    def _open_fd(self) -> int:
+        if self._fd is None:
+            raise ValueError("pack writer is already finished or aborted")
+        return self._fd
+
+    def add(self, kind: str, parts: Sequence[Part]) -> bytes:
+        """Store the concatenation of parts as one object; returns its 20-byte id."""
+        fd = self._open_fd()
+        views = [byte_view(p) for p in parts]
+        size = sum(v.nbytes for v in views)
+        hasher = hashlib.sha1(object_header(kind, size))
+        start = self._end
+        hashing: Future[None] | None = None
+        if size >= THREAD_MIN:
+            hashing = self._worker().submit(_hash_all, hasher, views)
+        else:
+            _hash_all(hasher, views)
+        try:
+            end = self._write_entry(PACK_TYPES[kind], size, views, start)
+            if hashing is not None:
+                hashing.result()
+        except BaseException:
+            if hashing is not None:
+                wait([hashing])  # it still reads the caller's buffers
+            os.ftruncate(fd, start)
+            raise
+        oid = hasher.digest()
+        if oid in self._entries:
+            os.ftruncate(fd, start)  # checking after writing keeps the payload to one pass
+        else:
+            self._entries[oid] = (start, end)
+            self._end = end
+        return oid
+
+    def _write_entry(
+        self, type_code: int, size: int, views: Sequence[memoryview], offset: int
+    ) -> int:
+        """Write the entry (header, zlib stream of stored blocks) at offset; returns its end."""
+        adler = 1
+        iov: list[bytes | memoryview] = [entry_header(type_code, size) + ZLIB_HEADER]
+        parts = [v for v in views if v.nbytes]
+        if not parts:
+            iov.append(_stored_block_header(True, 0))
+        for i, part in enumerate(parts):
+            last_part = i == len(parts) - 1
+            for w in range(0, part.nbytes, WINDOW):
+                window = part[w : w + WINDOW]
+                adler = zlib.adler32(window, adler)
+                for b in range(0, window.nbytes, BLOCK):
+                    block = window[b : b + BLOCK]
+                    final = last_part and w + b + BLOCK >= part.nbytes
+                    iov += (_stored_block_header(final, block.nbytes), block)
+                offset = self._pwritev(iov, offset)
+                iov = []
+        iov.append(struct.pack(">I", adler))
+        return self._pwritev(iov, offset)
+
+    def _pwritev(self, bufs: list[bytes | memoryview], offset: int) -> int:
+        """Write all of bufs at offset (retrying short writes); returns the end offset."""
+        fd = self._open_fd()
+        while bufs:
+            n = os.pwritev(fd, bufs, offset)
+            if n <= 0:
+                raise OSError(f"short write to {self._tmp_pack}")
+            offset += n
+            i = 0
+            while i < len(bufs) and n >= len(bufs[i]):
+                n -= len(bufs[i])
+                i += 1
+            bufs = bufs[i:]
+            if n:
+                bufs[0] = memoryview(bufs[0])[n:]
+        return offset
+
+    def _digest_and_crcs(self) -> tuple[bytes, list[int]]:
+        """SHA-1 of the pack so far and each entry's CRC32, from one re-read of the file.
+
+        The worker reads block k+1 and folds it into the CRCs while this thread hashes block k.
+        """
+        fd, end, pool = self._open_fd(), self._end, self._worker()
+        spans = list(self._entries.values())
+        crcs = [0] * len(spans)
+        bufs = [memoryview(bytearray(READ_BLOCK)) for _ in range(2)]
+        cur = 0  # first span not yet complete
+
+        def load(k: int, offset: int) -> memoryview:
+            nonlocal cur
+            n = os.preadv(fd, [bufs[k][: min(READ_BLOCK, end - offset)]], offset)
+            if n <= 0:
+                raise OSError(f"{self._tmp_pack} shrank while it was being hashed")
+            stop = offset + n
+            while cur < len(spans) and spans[cur][0] < stop:
+                s, e = spans[cur]
+                seg = bufs[k][max(s, offset) - offset : min(e, stop) - offset]
+                crcs[cur] = zlib.crc32(seg, crcs[cur])
+                if e > stop:
+                    break
+                cur += 1
+            return bufs[k][:n]
+
+        h = hashlib.sha1()
+        offset, k = 0, 0
+        pending = pool.submit(load, k, offset)
+        while offset < end:
+            block = pending.result()
+            offset += block.nbytes
+            k ^= 1
+            if offset < end:
+                pending = pool.submit(load, k, offset)
+            h.update(block)
+        return h.digest(), crcs
+
+    def finish(self) -> Path | None:
+        """Complete the pack and its idx and move both into place; None if nothing was added."""
+        if not self._entries:
+            self.abort()
+            return None
+        fd = self._open_fd()
+        try:
+            self._pwritev([struct.pack(">I", len(self._entries))], 8)
+            syncing = self._worker().submit(os.fdatasync, fd)  # overlaps writeback with hashing
+            digest, crcs = self._digest_and_crcs()
+            syncing.result()
+            self._pwritev([digest], self._end)
+            os.fsync(fd)
+            os.fchmod(fd, 0o444)
+            self._close()
+            offsets = (start for start, _ in self._entries.values())
+            idx = encode_idx(zip(self._entries, offsets, crcs, strict=True), digest)
+            ifd, name = tempfile.mkstemp(prefix="tmp_idx_", dir=self._dir)
+            self._tmp_idx = Path(name)
+            with os.fdopen(ifd, "wb") as f:
+                f.write(idx)
+                f.flush()
+                os.fsync(f.fileno())
+                os.fchmod(f.fileno(), 0o444)
+            final = self._dir / f"pack-{digest.hex()}"
+            pack_path = final.with_suffix(".pack")
+            os.replace(self._tmp_pack, pack_path)  # pack first: git only looks for packs via idx
+            self._tmp_pack = None
+            os.replace(self._tmp_idx, final.with_suffix(".idx"))
+            self._tmp_idx = None
+            dfd = os.open(self._dir, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except BaseException:
+            self.abort()
+            raise
+        return pack_path
+
+    def _close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def abort(self) -> None:
+        """Discard the pack; safe to call more than once."""
+        self._close()
+        for tmp in (self._tmp_pack, self._tmp_idx):
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+        self._tmp_pack = self._tmp_idx = None

@@ -1,0 +1,104 @@
+"""Finding manifests: tracked files in the index or a revision, and every
+manifest that any ref, reflog or index still reaches (what fsck verifies and
+gc must keep).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from git_mgit import manifest as mf
+from git_mgit.gitcmd import Repo
+from git_mgit.store.lookup import ANCHOR_PREFIX
+from git_mgit.store.reader import ObjectReader
+
+# Manifests are ~200 bytes per tensor; anything larger is not one.
+MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TrackedFile:
+    path: str
+    blob: str  # object id of what git stores for the path (normally a manifest)
+    manifest: mf.Manifest | None  # None: stored as a plain blob (added before tracking)
+
+
+def _check_attr_filter(repo: Repo, paths: list[str]) -> set[str]:
+    if not paths:
+        return set()
+    out = repo.git_bytes(
+        "check-attr", "-z", "--stdin", "filter", input=b"\0".join(p.encode() for p in paths) + b"\0"
+    )
+    fields = out.split(b"\0")
+    return {fields[i].decode() for i in range(0, len(fields) - 2, 3) if fields[i + 2] == b"mgit"}
+
+
+def tracked_files(repo: Repo, reader: ObjectReader, rev: str | None = None) -> list[TrackedFile]:
+    """Files with filter=mgit in the index (rev=None) or in a revision's tree."""
+    if rev is None:
+        listing = repo.git_bytes("ls-files", "-s", "-z")
+        entries = [
+            (e.split(b"\t", 1)[1].decode(), e.split()[1].decode())
+            for e in listing.split(b"\0")
+            if e
+        ]
+    else:
+        listing = repo.git_bytes("ls-tree", "-r", "-z", rev)
+        entries = [
+            (e.split(b"\t", 1)[1].decode(), e.split()[2].decode())
+            for e in listing.split(b"\0")
+            if e and e.split()[1] == b"blob"
+        ]
+    paths = _check_attr_filter(repo, [p for p, _ in entries])
+    out = []
+    for path, blob in entries:
+        if path in paths:
+            data = reader.read(blob)
+            m = mf.parse(bytes(data)) if data is not None and mf.looks_like_manifest(data) else None
+            out.append(TrackedFile(path, blob, m))
+    return out
+
+
+def reachable_manifests(
+    repo: Repo, reader: ObjectReader
+) -> Iterator[tuple[str, str, mf.Manifest | mf.ManifestError]]:
+    """(blob id, a path it was seen at, manifest or its parse error) per reachable manifest.
+
+    Walks all refs except git-mgit's own, all reflogs and the index, and sniffs
+    blobs for the manifest header, so a manifest is found even if .gitattributes
+    changed since it was committed.
+    """
+    walk = repo.git_bytes(
+        "rev-list",
+        "--objects",
+        "--reflog",
+        "--indexed-objects",
+        f"--exclude={ANCHOR_PREFIX}*",
+        "--exclude=refs/notes/*",
+        "--all",
+    )
+    paths: dict[str, str] = {}
+    for line in walk.splitlines():
+        oid, _, path = line.decode("utf-8", "surrogateescape").partition(" ")
+        if path:
+            paths.setdefault(oid, path)
+    if not paths:
+        return
+    check = subprocess.run(
+        ["git", "cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)"],
+        cwd=repo.worktree or repo.git_dir,
+        input="".join(o + "\n" for o in paths).encode(),
+        capture_output=True,
+        check=True,
+    )
+    for line in check.stdout.decode().splitlines():
+        oid, kind, size = line.split()
+        if kind == "blob" and len(mf.FIRST_LINE) <= int(size) <= MAX_MANIFEST_BYTES:
+            data = reader.read(oid)
+            if data is not None and mf.looks_like_manifest(data):
+                try:
+                    yield oid, paths[oid], mf.parse(bytes(data))
+                except mf.ManifestError as exc:
+                    yield oid, paths[oid], exc

@@ -1,0 +1,29 @@
+# Shared by scripts/test, scripts/demo and scripts/bench: create or reuse .venv
+# and install git-mgit (editable) with the extras a script needs.
+# Usage: source scripts/_venv.sh; ensure_venv "test,runtime"
+ensure_venv() {
+    local extras="$1" root
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    if [ ! -x "$root/.venv/bin/python" ]; then
+        python3 -m venv "$root/.venv"
+        "$root/.venv/bin/python" -m pip install -q --upgrade pip
+    fi
+    local stamp="$root/.venv/.installed-${extras//,/-}"
+    if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
+        # torch is pinned exactly in pyproject: a range would pull CUDA wheels.
+        "$root/.venv/bin/python" -m pip install -q -e "$root[$extras]"
+        touch "$stamp"
+    fi
+    export PATH="$root/.venv/bin:$PATH"
+}
+
+# git-lfs is only a baseline for benchmarks and migration tests.
+ensure_git_lfs() {
+    command -v git-lfs >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && apt-get install -y -qq git-lfs >/dev/null
+    else
+        echo "git-lfs is missing: install it (apt-get install git-lfs)" >&2
+        return 1
+    fi
+}

@@ -1,0 +1,263 @@
+"""End to end with the real git binary: every everyday git operation on model files."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from git_mgit import manifest as mf
+from tests.gitsandbox import Remote, clone, run_git
+from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return init_mgit_repo(tmp_path / "work")
+
+
+def commit_model(repo: Path, data: bytes, message: str, name: str = "model.safetensors") -> str:
+    (repo / name).write_bytes(data)
+    run_git("add", name, cwd=repo)
+    run_git("commit", "-q", "-m", message, cwd=repo)
+    return run_git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+
+
+def stored_manifest(repo: Path, rev: str, name: str = "model.safetensors") -> mf.Manifest:
+    return mf.parse(run_git("cat-file", "blob", f"{rev}:{name}", cwd=repo, text=False).stdout)
+
+
+def test_add_commit_stores_manifest_and_checkout_restores_bytes(repo: Path) -> None:
+    v1 = model_bytes(1)
+    c1 = commit_model(repo, v1, "v1")
+    m = stored_manifest(repo, c1)
+    assert m.kind == "safetensors" and m.size == len(v1)
+    assert set(m.tensors()) == {
+        "embed.weight",
+        "layer.0.weight",
+        "layer.0.bias",
+        "head.weight",
+        "step",
+    }
+    assert status_porcelain(repo) == ""
+    (repo / "model.safetensors").unlink()
+    run_git("checkout", "--", "model.safetensors", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v1
+    assert status_porcelain(repo) == ""
+
+
+def test_history_checkout_branch_merge_rebase_cherry_pick(repo: Path) -> None:
+    v1 = model_bytes(1)
+    v2 = model_bytes(2, base=tensors_of(v1), step=1e-4)
+    c1 = commit_model(repo, v1, "v1")
+    c2 = commit_model(repo, v2, "v2")
+    # second version is stored as deltas against the first
+    assert any(
+        line.split()[-1] != "0" for line in mgit("status", cwd=repo).stdout.splitlines()[1:]
+    ), "expected a delta chain depth > 0"
+    run_git("checkout", "-q", c1, cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v1
+    assert status_porcelain(repo) == ""
+    run_git("checkout", "-q", "-b", "feature", c2, cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v2
+    # merge of non-model changes on both sides keeps the model intact
+    (repo / "notes.txt").write_text("feature\n")
+    run_git("add", "notes.txt", cwd=repo)
+    run_git("commit", "-q", "-m", "feature notes", cwd=repo)
+    run_git("checkout", "-q", "main", cwd=repo)
+    (repo / "README").write_text("main\n")
+    run_git("add", "README", cwd=repo)
+    run_git("commit", "-q", "-m", "main readme", cwd=repo)
+    run_git("merge", "-q", "--no-edit", "feature", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v2
+    assert (repo / "notes.txt").exists() and status_porcelain(repo) == ""
+    # rebase and cherry-pick replay model commits byte-exactly
+    run_git("checkout", "-q", "-b", "side", c1, cwd=repo)
+    v3 = model_bytes(3, base=tensors_of(v1), step=1e-3)
+    c3 = commit_model(repo, v3, "v3 on side", name="other.safetensors")
+    run_git("rebase", "-q", "main", cwd=repo)
+    assert (repo / "other.safetensors").read_bytes() == v3
+    assert (repo / "model.safetensors").read_bytes() == v2
+    run_git("checkout", "-q", "main", cwd=repo)
+    run_git("cherry-pick", c3, cwd=repo)
+    assert (repo / "other.safetensors").read_bytes() == v3
+    assert status_porcelain(repo) == ""
+
+
+def test_stash_reset_and_touch_keep_status_clean(repo: Path) -> None:
+    v1, v2 = model_bytes(1), model_bytes(2)
+    commit_model(repo, v1, "v1")
+    (repo / "model.safetensors").write_bytes(v2)
+    assert status_porcelain(repo).strip() == "M model.safetensors"
+    run_git("stash", "-q", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v1
+    run_git("stash", "pop", "-q", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v2
+    run_git("reset", "-q", "--hard", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v1
+    assert status_porcelain(repo) == ""
+    os.utime(repo / "model.safetensors", (1, 1))  # stat change forces a re-clean
+    assert status_porcelain(repo) == ""
+    run_git("diff", "--exit-code", cwd=repo)
+
+
+def push_pull_clone(repo: Path, remote: Remote, tmp_path: Path) -> None:
+    v1 = model_bytes(1)
+    commit_model(repo, v1, "v1")
+    run_git("remote", "add", "origin", remote.url, cwd=repo)
+    run_git("push", "-q", "-u", "origin", "main", cwd=repo)
+    refs = run_git("ls-remote", remote.url, cwd=repo).stdout
+    assert "refs/mgit/objects/" in refs
+    other = clone(remote.url, tmp_path / "other")
+    assert (other / "model.safetensors").read_bytes() == v1
+    assert status_porcelain(other) == ""
+    # a new version pushed from the clone arrives with pull
+    v2 = model_bytes(2, base=tensors_of(v1), step=1e-4)
+    commit_model(other, v2, "v2 from clone")
+    run_git("push", "-q", "origin", "main", cwd=other)
+    run_git("pull", "-q", "--no-rebase", "origin", "main", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v2
+    run_git("fetch", "-q", "origin", cwd=other)
+    mgit("fsck", cwd=other)
+
+
+def test_push_pull_clone_over_file_remote(repo: Path, bare_remote: Remote, tmp_path: Path) -> None:
+    push_pull_clone(repo, bare_remote, tmp_path)
+
+
+def test_push_pull_clone_over_smart_http(repo: Path, http_remote: Remote, tmp_path: Path) -> None:
+    push_pull_clone(repo, http_remote, tmp_path)
+
+
+def test_concurrent_pushes_from_two_clones_both_complete(
+    repo: Path, bare_remote: Remote, tmp_path: Path
+) -> None:
+    commit_model(repo, model_bytes(1), "v1")
+    run_git("remote", "add", "origin", bare_remote.url, cwd=repo)
+    run_git("push", "-q", "origin", "main", cwd=repo)
+    a, b = clone(bare_remote.url, tmp_path / "a"), clone(bare_remote.url, tmp_path / "b")
+    data = {a: model_bytes(10), b: model_bytes(20)}
+    for clone_dir, branch in ((a, "alice"), (b, "bob")):
+        run_git("checkout", "-q", "-b", branch, cwd=clone_dir)
+        commit_model(clone_dir, data[clone_dir], branch, name=f"{branch}.safetensors")
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def push(clone_dir: Path, branch: str) -> None:
+        try:
+            barrier.wait()
+            run_git("push", "-q", "origin", branch, cwd=clone_dir)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=push, args=args) for args in ((a, "alice"), (b, "bob"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    fresh = clone(bare_remote.url, tmp_path / "fresh")
+    for branch, src in (("alice", a), ("bob", b)):
+        run_git("checkout", "-q", branch, cwd=fresh)
+        assert (fresh / f"{branch}.safetensors").read_bytes() == data[src]
+
+
+def test_git_gc_prune_now_keeps_everything_needed(repo: Path) -> None:
+    versions = [model_bytes(1)]
+    for i in range(3):
+        versions.append(model_bytes(2 + i, base=tensors_of(versions[-1]), step=1e-4))
+    commits = [commit_model(repo, v, f"v{i}") for i, v in enumerate(versions)]
+    run_git("gc", "-q", "--prune=now", cwd=repo)
+    run_git("fsck", "--strict", cwd=repo)
+    for c, v in zip(commits, versions, strict=True):
+        run_git("checkout", "-q", c, cwd=repo)
+        assert (repo / "model.safetensors").read_bytes() == v
+    mgit("fsck", cwd=repo)
+
+
+def test_mgit_gc_drops_unreachable_versions_only(repo: Path) -> None:
+    v1 = model_bytes(1)
+    commit_model(repo, v1, "v1")
+    commit_model(repo, model_bytes(99), "unrelated v2")
+    run_git("reset", "-q", "--hard", "HEAD~1", cwd=repo)
+    run_git("reflog", "expire", "--expire=now", "--all", cwd=repo)
+    before = mgit("gc", "--dry-run", "--prune=now", cwd=repo).stdout
+    assert "would drop" in before and not before.startswith("would drop 0 ")
+    mgit("gc", "--prune=now", cwd=repo)
+    again = mgit("gc", "--dry-run", "--prune=now", cwd=repo).stdout
+    assert again.startswith("would drop 0 ") or "nothing to drop" in again
+    (repo / "model.safetensors").unlink()
+    run_git("checkout", "--", "model.safetensors", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v1
+    mgit("fsck", cwd=repo)
+
+
+def corrupt_one_object(repo: Path) -> None:
+    """Flip a payload byte of one tensor object inside its pack (bypassing git's checks)."""
+    for pack in (repo / ".git" / "objects" / "pack").glob("*.pack"):
+        data = bytearray(pack.read_bytes())
+        pos = data.rfind(b"MGOB")
+        if pos > 0:
+            data[pos + 400] ^= 0xFF  # inside a stored (uncompressed) frame of the object
+            pack.chmod(0o644)
+            pack.write_bytes(bytes(data))
+            return
+    raise AssertionError("no object found to corrupt")
+
+
+def test_corrupt_object_reported_by_fsck_and_smudge(repo: Path) -> None:
+    commit_model(repo, model_bytes(1, n=4096), "v1")
+    corrupt_one_object(repo)
+    fsck = mgit("fsck", cwd=repo, check=False)
+    assert fsck.returncode == 1
+    assert "model.safetensors" in fsck.stderr and "b3:" in fsck.stderr
+    (repo / "model.safetensors").unlink()
+    co = run_git("checkout", "--", "model.safetensors", cwd=repo, check=False)
+    assert co.returncode != 0
+    assert "model.safetensors" in co.stderr and "fsck" in co.stderr
+    assert not (repo / "model.safetensors").exists()
+
+
+def test_missing_object_without_remote_is_a_clear_error(
+    repo: Path, bare_remote: Remote, tmp_path: Path
+) -> None:
+    commit_model(repo, model_bytes(1), "v1")
+    run_git("remote", "add", "origin", bare_remote.url, cwd=repo)
+    # push the branch but not the objects: the remote lacks them
+    run_git("push", "-q", "--no-verify", "origin", "main", cwd=repo)
+    proc = run_git("clone", "-q", bare_remote.url, str(tmp_path / "c"), cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "model.safetensors" in proc.stderr and "missing" in proc.stderr
+    assert not (tmp_path / "c" / "model.safetensors").exists()
+
+
+def test_not_safetensors_is_stored_opaque_and_round_trips(repo: Path) -> None:
+    junk = os.urandom(100_000) + b"not a model"
+    (repo / "junk.safetensors").write_bytes(junk)
+    add = run_git("add", "junk.safetensors", cwd=repo)
+    assert "storing it as opaque" in add.stderr
+    run_git("commit", "-q", "-m", "junk", cwd=repo)
+    assert stored_manifest(repo, "HEAD", "junk.safetensors").kind == "opaque"
+    (repo / "junk.safetensors").unlink()
+    run_git("checkout", "--", "junk.safetensors", cwd=repo)
+    assert (repo / "junk.safetensors").read_bytes() == junk
+
+
+def test_plain_blob_committed_before_tracking_passes_through(tmp_path: Path) -> None:
+    repo = tmp_path / "r"
+    run_git("init", "-q", str(repo), cwd=tmp_path)
+    data = model_bytes(5)
+    (repo / "model.safetensors").write_bytes(data)
+    run_git("add", "model.safetensors", cwd=repo)
+    run_git("commit", "-q", "-m", "before tracking", cwd=repo)
+    init_mgit_repo_in_place(repo)
+    (repo / "model.safetensors").unlink()
+    run_git("checkout", "--", "model.safetensors", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == data
+
+
+def init_mgit_repo_in_place(repo: Path) -> None:
+    mgit("install", cwd=repo)
+    mgit("track", "*.safetensors", cwd=repo)

@@ -188,7 +188,7 @@ def clean(
             warn(f"{path}: not a valid safetensors file ({exc}); storing it as opaque bytes")
     progress = Progress(f"git-mgit: storing {path}", header.file_size if header else None)
     builder = _Builder(
-        store, settings, previous_manifest(store, path) if header else None, progress
+        store, settings, previous_manifest(store, path) if header and path else None, progress
     )
     try:
         if header is None:

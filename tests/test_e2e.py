@@ -261,3 +261,58 @@ def test_plain_blob_committed_before_tracking_passes_through(tmp_path: Path) -> 
 def init_mgit_repo_in_place(repo: Path) -> None:
     mgit("install", cwd=repo)
     mgit("track", "*.safetensors", cwd=repo)
+
+
+def test_single_shot_filters_work_without_the_process_protocol(repo: Path) -> None:
+    run_git("config", "--global", "--unset", "filter.mgit.process", cwd=repo)
+    v1 = model_bytes(1)
+    c1 = commit_model(repo, v1, "v1")
+    assert stored_manifest(repo, c1).kind == "safetensors"
+    (repo / "model.safetensors").unlink()
+    run_git("checkout", "--", "model.safetensors", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v1
+
+
+def test_chain_depth_is_capped(repo: Path) -> None:
+    run_git("config", "mgit.maxChainDepth", "2", cwd=repo)
+    versions = [model_bytes(1)]
+    for i in range(5):
+        versions.append(model_bytes(10 + i, base=tensors_of(versions[-1]), step=1e-5))
+    commits = [commit_model(repo, v, f"v{i}") for i, v in enumerate(versions)]
+    depths = [int(line.split()[-1]) for line in mgit("status", cwd=repo).stdout.splitlines()[1:]]
+    assert depths and max(depths) <= 2
+    run_git("checkout", "-q", commits[3], cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == versions[3]
+
+
+def test_lookup_cache_is_rebuilt_from_refs(repo: Path) -> None:
+    v1 = model_bytes(1)
+    commit_model(repo, v1, "v1")
+    for f in (repo / ".git" / "mgit").glob("lookup.sqlite*"):
+        f.unlink()
+    (repo / "model.safetensors").unlink()
+    run_git("checkout", "--", "model.safetensors", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v1
+
+
+def test_status_and_ls_files_report_tracked_models(repo: Path) -> None:
+    v1 = model_bytes(1)
+    commit_model(repo, v1, "v1")
+    status = mgit("status", "--json", cwd=repo).stdout
+    import json
+
+    (row,) = json.loads(status)
+    assert row["path"] == "model.safetensors" and row["raw"] == len(v1)
+    assert 0 < row["stored"] < len(v1) and row["objects"] == 6 and row["missing"] == 0
+    listing = mgit("ls-files", cwd=repo).stdout.split()
+    assert listing[1:] == ["*", "model.safetensors"]
+    text = mgit("status", cwd=repo).stdout
+    assert "model.safetensors" in text and "safetensors" in text
+
+
+def test_git_diff_shows_tensor_listing(repo: Path) -> None:
+    v1 = model_bytes(1)
+    commit_model(repo, v1, "v1")
+    (repo / "model.safetensors").write_bytes(model_bytes(2, base=tensors_of(v1), step=1e-3))
+    diff = run_git("diff", cwd=repo).stdout
+    assert "layer.0.weight  F32[64x64]" in diff

@@ -6,8 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from git_mgit import hashing
+from git_mgit import config, hashing
 from git_mgit import manifest as mf
+from git_mgit.clean import clean
+from git_mgit.gitcmd import find_repo
 from git_mgit.progress import format_size
 
 
@@ -27,8 +29,27 @@ def listing(m: mf.Manifest) -> str:
     return "\n".join(lines) + "\n"
 
 
+class _HashOnly:
+    """A store that claims to hold everything: clean then only hashes, never writes."""
+
+    def has(self, content_hash: bytes) -> bool:
+        return True
+
+    def flush(self) -> None:
+        pass
+
+
 def run(args: argparse.Namespace) -> int:
-    data = Path(args.file).read_bytes()
-    out = listing(mf.parse(data)) if mf.looks_like_manifest(data) else data
-    sys.stdout.buffer.write(out.encode() if isinstance(out, str) else out)
+    path = Path(args.file)
+    with path.open("rb") as f:
+        head = f.read(len(mf.FIRST_LINE))
+        f.seek(0)
+        if mf.looks_like_manifest(head):
+            m = mf.parse(f.read())
+        else:
+            # git hands textconv the working-tree file itself: describe it the
+            # same way, hashing its chunks, so unchanged tensors diff as equal.
+            settings = config.load(find_repo())
+            m = mf.parse(clean(f, "", _HashOnly(), settings, warn=lambda _msg: None))
+    sys.stdout.write(listing(m))
     return 0

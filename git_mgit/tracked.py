@@ -6,11 +6,12 @@ gc must keep).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo
+from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX
 from git_mgit.store.reader import ObjectReader
 
@@ -61,24 +62,26 @@ def tracked_files(repo: Repo, reader: ObjectReader, rev: str | None = None) -> l
     return out
 
 
+# Everything a repository still needs: all refs but git-mgit's own, reflogs, index.
+EVERYTHING = (
+    "--reflog",
+    "--indexed-objects",
+    f"--exclude={ANCHOR_PREFIX}*",
+    "--exclude=refs/notes/*",
+    "--all",
+)
+
+
 def reachable_manifests(
-    repo: Repo, reader: ObjectReader
+    repo: Repo, reader: ObjectReader, revs: Sequence[str] = EVERYTHING
 ) -> Iterator[tuple[str, str, mf.Manifest | mf.ManifestError]]:
     """(blob id, a path it was seen at, manifest or its parse error) per reachable manifest.
 
-    Walks all refs except git-mgit's own, all reflogs and the index, and sniffs
-    blobs for the manifest header, so a manifest is found even if .gitattributes
-    changed since it was committed.
+    `revs` are rev-list arguments (default: everything the repository needs).
+    Blobs are sniffed for the manifest header, so a manifest is found even if
+    .gitattributes changed since it was committed.
     """
-    walk = repo.git_bytes(
-        "rev-list",
-        "--objects",
-        "--reflog",
-        "--indexed-objects",
-        f"--exclude={ANCHOR_PREFIX}*",
-        "--exclude=refs/notes/*",
-        "--all",
-    )
+    walk = repo.git_bytes("rev-list", "--objects", *revs)
     paths: dict[str, str] = {}
     for line in walk.splitlines():
         oid, _, path = line.decode("utf-8", "surrogateescape").partition(" ")
@@ -102,3 +105,24 @@ def reachable_manifests(
                     yield oid, paths[oid], mf.parse(bytes(data))
                 except mf.ManifestError as exc:
                     yield oid, paths[oid], exc
+
+
+def needed_hashes(store: ChunkStore, revs: Sequence[str] = EVERYTHING) -> dict[bytes, str]:
+    """Chunk hashes the manifests reachable from `revs` use, plus their delta bases.
+
+    Maps each hash to a path that uses it, for error messages.
+    """
+    needed: dict[bytes, str] = {}
+    for _, path, m in reachable_manifests(store.repo, store.reader, revs):
+        if isinstance(m, mf.Manifest):
+            for c in m.chunks():
+                needed.setdefault(c.content_hash, path)
+    stack = [h for h in needed if store.locate(h)]
+    while stack:
+        h = stack.pop()
+        base = store.chain_of(h)[0]
+        if base is not None and base not in needed:
+            needed[base] = needed[h]
+            if store.locate(base):
+                stack.append(base)
+    return needed

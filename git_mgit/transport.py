@@ -7,9 +7,16 @@ with `cat_sort_uniq` because its records are sorted, de-duplicated lines.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from git_mgit import hashing
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import GitError, Repo
+from git_mgit.store import anchors
+from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX
+from git_mgit.store.packwriter import PackWriter
+from git_mgit.tracked import needed_hashes
 
 NOTES_REF = "refs/notes/mgit"
 OBJECTS_REFSPEC = f"+{ANCHOR_PREFIX}*:{ANCHOR_PREFIX}*"
@@ -82,6 +89,31 @@ def merge_notes(repo: Repo, theirs: str) -> None:
     )
 
 
+def _push_needed(repo: Repo, remote: str, revs: Sequence[str]) -> None:
+    store = ChunkStore(repo)
+    try:
+        needed = needed_hashes(store, [*revs, "--not", f"--remotes={remote}"])
+        missing = [h for h in needed if not store.locate(h)]
+        if missing:
+            raise MgitError(
+                f"{needed[missing[0]]}: cannot push: {len(missing)} tensor object(s) are not in this clone "
+                f"(e.g. {hashing.to_text(missing[0])}); run `git mgit fetch` first, "
+                "or `git push --no-verify` to push the commits without them"
+            )
+        if not needed:
+            return
+        # One anchor named by exactly these objects: the push sends what the
+        # remote lacks of them, and re-pushing the same set creates nothing new.
+        objects = sorted((h, bytes.fromhex(store.locate(h)[0])) for h in needed)
+        pack = PackWriter(repo.objects_dir)
+        commit = anchors.write_anchor(pack, objects, timestamp=0)
+        pack.finish()
+        ref = anchors.set_ref(repo, commit)
+    finally:
+        store.close()
+    repo.git("push", "--quiet", "--no-verify", remote, f"{ref}:{ref}")
+
+
 def _identity(repo: Repo) -> list[str]:
     """Notes merges make commits: supply an identity only where git has none."""
     if repo.git("var", "GIT_COMMITTER_IDENT", check=False):
@@ -89,10 +121,18 @@ def _identity(repo: Repo) -> list[str]:
     return ["-c", "user.name=git-mgit", "-c", "user.email=git-mgit@localhost"]
 
 
-def push(repo: Repo, remote: str) -> None:
-    """Push every anchor ref, then the notes (fetch-merge-retry when someone else pushed)."""
-    if repo.git("for-each-ref", "--count=1", ANCHOR_PREFIX):
-        repo.git("push", "--quiet", "--no-verify", remote, f"{ANCHOR_PREFIX}*:{ANCHOR_PREFIX}*")
+def push(repo: Repo, remote: str, revs: Sequence[str] | None = None) -> None:
+    """Push tensor objects, then the notes (fetch-merge-retry when someone else pushed).
+
+    With `revs` (what pre-push is about to send), push exactly the objects the
+    manifests in those commits need and the remote may lack, and refuse if
+    this clone lacks any; without, push every anchor ref.
+    """
+    if revs is None:
+        if repo.git("for-each-ref", "--count=1", ANCHOR_PREFIX):
+            repo.git("push", "--quiet", "--no-verify", remote, f"{ANCHOR_PREFIX}*:{ANCHOR_PREFIX}*")
+    elif revs:
+        _push_needed(repo, remote, revs)
     if not repo.git("rev-parse", "--verify", "--quiet", NOTES_REF, check=False):
         return
     for _ in range(_PUSH_ATTEMPTS):

@@ -316,3 +316,38 @@ def test_git_diff_shows_tensor_listing(repo: Path) -> None:
     (repo / "model.safetensors").write_bytes(model_bytes(2, base=tensors_of(v1), step=1e-3))
     diff = run_git("diff", cwd=repo).stdout
     assert "layer.0.weight  F32[64x64]" in diff
+
+
+def test_push_sends_only_objects_the_pushed_commits_need(repo: Path, bare_remote: Remote) -> None:
+    from git_mgit.gitcmd import find_repo
+    from git_mgit.store.lookup import LookupCache
+
+    experiment = model_bytes(77, n=2048)
+    (repo / "model.safetensors").write_bytes(experiment)
+    run_git("add", "model.safetensors", cwd=repo)  # stored locally, never committed
+    exp = mf.parse(run_git("cat-file", "blob", ":model.safetensors", cwd=repo, text=False).stdout)
+    run_git("reset", "-q", "--hard", cwd=repo)
+    commit_model(repo, model_bytes(1), "v1")
+    run_git("remote", "add", "origin", bare_remote.url, cwd=repo)
+    run_git("push", "-q", "origin", "main", cwd=repo)
+    cache = LookupCache(find_repo(repo))
+    exp_oids = {cache.get(c.content_hash)[0] for c in exp.chunks() if c.length > 100_000}
+    cache.close()
+    remote_objects = run_git(
+        "cat-file", "--batch-all-objects", "--batch-check=%(objectname)", cwd=bare_remote.path
+    ).stdout
+    assert exp_oids and not exp_oids & set(remote_objects.split())
+
+
+def test_push_is_refused_when_objects_are_missing_locally(repo: Path, bare_remote: Remote) -> None:
+    commit_model(repo, model_bytes(1), "v1")
+    refs = run_git("for-each-ref", "--format=delete %(refname)", "refs/mgit/", cwd=repo).stdout
+    run_git("update-ref", "--stdin", cwd=repo, input=refs)
+    run_git("gc", "-q", "--prune=now", cwd=repo)
+    for f in (repo / ".git" / "mgit").glob("lookup.sqlite*"):
+        f.unlink()
+    run_git("remote", "add", "origin", bare_remote.url, cwd=repo)
+    proc = run_git("push", "origin", "main", cwd=repo, check=False)
+    assert proc.returncode != 0
+    assert "cannot push" in proc.stderr and "git mgit fetch" in proc.stderr
+    assert "refs/heads/main" not in run_git("ls-remote", bare_remote.url, cwd=repo).stdout

@@ -13,14 +13,13 @@ import argparse
 import time
 
 from git_mgit import config
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.progress import format_size
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects
 from git_mgit.store.packwriter import PackWriter
-from git_mgit.tracked import reachable_manifests
+from git_mgit.tracked import needed_hashes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,21 +37,6 @@ def cutoff(repo: Repo, when: str) -> int:
         return int(time.time()) + 1
     out = repo.git("rev-parse", f"--since={when}")
     return int(out.split("=", 1)[1])
-
-
-def needed_hashes(store: ChunkStore) -> set[bytes]:
-    needed: set[bytes] = set()
-    for _, _, m in reachable_manifests(store.repo, store.reader):
-        if isinstance(m, mf.Manifest):
-            needed.update(c.content_hash for c in m.chunks())
-    stack = [h for h in needed if store.locate(h)]
-    while stack:  # delta bases are needed too
-        base = store.chain_of(stack.pop())[0]
-        if base is not None and base not in needed:
-            needed.add(base)
-            if store.locate(base):
-                stack.append(base)
-    return needed
 
 
 def run(args: argparse.Namespace) -> int:

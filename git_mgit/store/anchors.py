@@ -22,11 +22,16 @@ TREE, BLOB = "40000", "100644"
 
 
 def write_anchor(
-    pack: PackWriter, objects: Sequence[tuple[bytes, bytes]], parents: Sequence[str] = ()
+    pack: PackWriter,
+    objects: Sequence[tuple[bytes, bytes]],
+    parents: Sequence[str] = (),
+    timestamp: int | None = None,
 ) -> str:
     """Add the fan-out trees and the anchor commit for (content hash, oid20) pairs to `pack`.
 
     Returns the commit id (hex). The caller finishes the pack, then calls set_ref().
+    The commit time is the objects' age for gc; a fixed `timestamp` makes the
+    anchor a pure function of its objects (used for push anchors).
     """
     level2: dict[str, dict[str, list[tuple[str, bytes, bytes]]]] = defaultdict(
         lambda: defaultdict(list)
@@ -43,11 +48,21 @@ def write_anchor(
     root = pack.add("tree", [tree_body(top)])
     msg = f"git-mgit objects\n\n{len(objects)} tensor objects\n"
     return pack.add(
-        "commit", [commit_body(root.hex(), list(parents), msg, IDENT, int(time.time()))]
+        "commit",
+        [
+            commit_body(
+                root.hex(),
+                list(parents),
+                msg,
+                IDENT,
+                int(time.time()) if timestamp is None else timestamp,
+            )
+        ],
     ).hex()
 
 
 def set_ref(repo: Repo, commit: str) -> str:
+    """Point refs/mgit/objects/<commit> at the commit (names are content, so this is idempotent)."""
     ref = ANCHOR_PREFIX + commit
-    repo.git("update-ref", ref, commit, "")
+    repo.git("update-ref", ref, commit)
     return ref

@@ -1,0 +1,262 @@
+"""Encode and decode one chunk: `raw`, `planes`, and the `xor`/`sub` deltas.
+
+encode() chooses the codec: byte planes when they compress, `raw` when they do
+not (cheaper to decode), and a delta against the base chunk only when it is
+clearly smaller than the standalone encoding and the chain stays within its
+depth cap. decode() always verifies the BLAKE3 of what it produced.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import zstandard
+
+from git_mgit import hashing
+from git_mgit.codecs import delta, planes
+from git_mgit.codecs.objectformat import Codec, FrameMode, ObjectHeader, parse_header
+from git_mgit.errors import ObjectCorrupt
+
+FRAME_SIZE = 1 << 20  # per-plane zstd frame: >= 1 MiB loses nothing in ratio
+ZSTD_LEVEL = 1
+# A plane whose first frame shrinks less than this is stored raw without trying the rest.
+_INCOMPRESSIBLE = 0.95
+# Keep a delta only when it is at most this fraction of the standalone encoding.
+DELTA_GAIN = 0.9
+# Keep planes over raw only when they save at least this fraction.
+_PLANES_GAIN = 0.98
+_SAMPLE_WINDOWS = 4
+_SAMPLE_ELEMS = 1 << 16
+
+_local = threading.local()
+_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="mgit-codec")
+
+
+def _cctx() -> zstandard.ZstdCompressor:
+    c = getattr(_local, "cctx", None)
+    if c is None:
+        c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return c
+
+
+def _dctx() -> zstandard.ZstdDecompressor:
+    d = getattr(_local, "dctx", None)
+    if d is None:
+        d = _local.dctx = zstandard.ZstdDecompressor()
+    return d
+
+
+def layout(dtype: str, raw_len: int) -> tuple[int, bool]:
+    """(element width for byte planes, rotate sign next to mantissa?) for a dtype."""
+    from git_mgit.dtypes import DTYPES
+
+    info = DTYPES.get(dtype)
+    if info is None or info.bits < 8 or info.bits % 8:
+        return 1, False
+    width = info.bits // 8
+    rotate = info.kind in ("float", "complex")
+    if info.kind == "complex":
+        width //= 2  # a complex element is two floats
+    if width not in planes.UINT or raw_len % width:
+        return 1, False
+    return width, rotate and width > 1
+
+
+@dataclass
+class Base:
+    """A candidate delta base: its decoded bytes, content hash and chain depth."""
+
+    raw: bytes | bytearray | memoryview
+    content_hash: bytes
+    depth: int
+
+
+@dataclass
+class Encoded:
+    """An encoded object as parts (header first) so the writer never concatenates."""
+
+    header: ObjectHeader
+    parts: list[bytes | memoryview]
+
+    @property
+    def size(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+
+def _compress_planes(
+    pl: np.ndarray,
+) -> tuple[list[list[tuple[int, int]]], list[bytes | memoryview]]:
+    width, n = pl.shape
+    starts = range(0, n, FRAME_SIZE)
+
+    def plane_frames(p: int) -> list[tuple[int, bytes | memoryview]]:
+        row = memoryview(pl[p])
+        out: list[tuple[int, bytes | memoryview]] = []
+        compress = True
+        for s in starts:
+            frame = row[s : s + FRAME_SIZE]
+            if compress:
+                z = _cctx().compress(frame)
+                if len(z) < len(frame) * (_INCOMPRESSIBLE if not out else 1.0):
+                    out.append((FrameMode.ZSTD, z))
+                    continue
+                compress = bool(out)  # first frame incompressible: store the rest raw too
+            out.append((FrameMode.STORED, frame))
+        return out
+
+    results = list(_pool.map(plane_frames, range(width))) if width > 1 else [plane_frames(0)]
+    table = [[(int(m), len(b)) for m, b in res] for res in results]
+    parts = [b for res in results for _, b in res]
+    return table, parts
+
+
+def _encode_as(
+    codec: Codec,
+    raw: memoryview,
+    dtype: str,
+    width: int,
+    rotate: bool,
+    content_hash: bytes,
+    base: Base | None,
+) -> Encoded:
+    hdr = ObjectHeader(codec, dtype, width, rotate, len(raw), content_hash, frame_size=FRAME_SIZE)
+    if codec == Codec.RAW:
+        return Encoded(hdr, [hdr.pack(), raw])
+    if codec == Codec.PLANES:
+        pl = planes.split(raw, width, rotate)
+    else:
+        assert base is not None
+        hdr.base_hash, hdr.depth = base.content_hash, base.depth + 1
+        cur = planes.as_uint(raw, width)
+        ref = planes.as_uint(base.raw, width)
+        if codec == Codec.XOR:
+            x = cur ^ ref
+            pl = planes.split(x.view(np.uint8), width, rotate)
+        else:
+            hdr.rotate = False
+            pl = planes.split(delta.sub_encode(cur, ref, width).view(np.uint8), width, False)
+    hdr.frames, payload = _compress_planes(pl)
+    return Encoded(hdr, [hdr.pack(), *payload])
+
+
+def _sample(buf: memoryview, width: int) -> memoryview:
+    n = len(buf) // width
+    if n <= _SAMPLE_WINDOWS * _SAMPLE_ELEMS * 2:
+        return buf
+    step = n // _SAMPLE_WINDOWS
+    return memoryview(
+        b"".join(
+            buf[i * step * width : (i * step + _SAMPLE_ELEMS) * width]
+            for i in range(_SAMPLE_WINDOWS)
+        )
+    )
+
+
+def encode(
+    raw: bytes | bytearray | memoryview,
+    dtype: str,
+    content_hash: bytes,
+    base: Base | None = None,
+    max_depth: int = 8,
+) -> Encoded:
+    """Encode one chunk, picking the smallest codec that the rules allow."""
+    raw = memoryview(raw).cast("B")
+    width, rotate = layout(dtype, len(raw))
+    if base is not None and (len(base.raw) != len(raw) or base.depth + 1 > max_depth):
+        base = None
+    sample = _sample(raw, width)
+    est = {
+        Codec.PLANES: _encode_as(Codec.PLANES, sample, dtype, width, rotate, b"\0" * 32, None).size
+    }
+    standalone = Codec.PLANES if est[Codec.PLANES] < len(sample) * _PLANES_GAIN else Codec.RAW
+    best = standalone
+    if base is not None:
+        bsample = Base(
+            _sample(memoryview(base.raw).cast("B"), width), base.content_hash, base.depth
+        )
+        for codec in (Codec.XOR, Codec.SUB):
+            est[codec] = _encode_as(codec, sample, dtype, width, rotate, b"\0" * 32, bsample).size
+        cand = min((Codec.XOR, Codec.SUB), key=est.__getitem__)
+        if est[cand] < min(est[Codec.PLANES], len(sample)) * DELTA_GAIN:
+            best = cand
+    return _encode_as(best, raw, dtype, width, rotate, content_hash, base)
+
+
+def decode(
+    obj: bytes | bytearray | memoryview,
+    load_base: Callable[[bytes], bytearray | None] | None = None,
+    expected_hash: bytes | None = None,
+) -> bytearray:
+    """Decode an object to its chunk bytes and verify the content hash.
+
+    `load_base(content_hash)` must return the verified bytes of a delta's base.
+    """
+    mv = memoryview(obj).cast("B")
+    hdr = parse_header(mv)
+    if expected_hash is not None and hdr.content_hash != expected_hash:
+        raise ObjectCorrupt(
+            f"object is filed as {hashing.to_text(expected_hash)} but holds {hashing.to_text(hdr.content_hash)}"
+        )
+    payload = mv[hdr.header_len :]
+    if len(payload) != hdr.payload_len:
+        raise ObjectCorrupt(
+            f"object payload is {len(payload)} bytes, header says {hdr.payload_len}"
+        )
+    if hdr.codec == Codec.RAW:
+        out = bytearray(payload)
+    else:
+        out = _join(hdr, payload)
+        if hdr.codec.is_delta:
+            if load_base is None or hdr.base_hash is None:
+                raise ObjectCorrupt("delta object without a base")
+            base = load_base(hdr.base_hash)
+            if base is None or len(base) != hdr.raw_len:
+                raise ObjectCorrupt("delta base has a different length")
+            cur = planes.as_uint(out, hdr.width)
+            ref = planes.as_uint(base, hdr.width)
+            if hdr.codec == Codec.XOR:
+                delta.xor_into(cur, ref)
+            elif hdr.codec == Codec.SUB:
+                delta.sub_decode_inplace(cur, ref)
+            else:
+                raise ObjectCorrupt(f"codec {hdr.codec.name} is not supported by this git-mgit")
+    if hashing.digest(out) != hdr.content_hash:
+        raise ObjectCorrupt(f"object does not decode to {hashing.to_text(hdr.content_hash)}")
+    return out
+
+
+def _join(hdr: ObjectHeader, payload: memoryview) -> bytearray:
+    out = bytearray(hdr.raw_len)
+    arr = np.frombuffer(out, dtype=np.uint8)
+    jobs = []
+    pos = 0
+    for p, plane in enumerate(hdr.frames):
+        for i, (mode, n) in enumerate(plane):
+            jobs.append((p, i * hdr.frame_size, mode, payload[pos : pos + n]))
+            pos += n
+
+    plane_len = hdr.raw_len // hdr.width
+
+    def run(job: tuple[int, int, int, memoryview]) -> None:
+        p, start, mode, data = job
+        if mode == FrameMode.ZSTD:
+            want = min(hdr.frame_size, plane_len - start)
+            try:
+                # Check the declared size first: a corrupt frame must not allocate gigabytes.
+                if zstandard.frame_content_size(data) != want:
+                    raise ObjectCorrupt("object frame has the wrong decompressed size")
+                data = _dctx().decompress(data)
+            except zstandard.ZstdError as exc:
+                raise ObjectCorrupt(f"object frame does not decompress ({exc})") from exc
+        planes.join_into(arr, p, start, data, hdr.width)
+
+    for _ in _pool.map(run, jobs):
+        pass
+    if hdr.rotate:
+        planes.unrotate(arr, hdr.width)
+    return out

@@ -1,0 +1,38 @@
+"""The package layout DESIGN.md fixes: namespaced folders, a light filter start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run_python(code: str, tmp_path) -> subprocess.CompletedProcess:
+    # Run outside the checkout so only what is installed can be imported.
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True
+    )
+
+
+def test_filter_process_imports_neither_torch_nor_numpy(tmp_path) -> None:
+    proc = run_python(
+        "import sys, git_mgit.cli.filter_process, git_mgit.filters.mgit_filter, git_mgit.filters.process\n"
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", ["filters", "hooks", "runtime"])
+def test_folders_are_only_importable_inside_the_namespace(tmp_path, name: str) -> None:
+    assert run_python(f"import {name}", tmp_path).returncode != 0
+    assert run_python(f"import git_mgit.{name}", tmp_path).returncode == 0
+
+
+def test_console_script_runs(tmp_path) -> None:
+    proc = subprocess.run(
+        ["git", "mgit", "--version"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("git-mgit ")

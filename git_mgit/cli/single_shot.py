@@ -14,7 +14,9 @@ from git_mgit.gitcmd import find_repo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", nargs="?", default="", help="path of the file in the repository (%%f)")
+    parser.add_argument(
+        "path", nargs="?", default="", help="path of the file in the repository (%%f)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -132,14 +132,14 @@ def _encode_as(
     else:
         assert base is not None
         hdr.base_hash, hdr.depth = base.content_hash, base.depth + 1
-        cur = planes.as_uint(raw, width)
         ref = planes.as_uint(base.raw, width)
         if codec == Codec.XOR:
-            x = cur ^ ref
-            pl = planes.split(x.view(np.uint8), width, rotate)
+            pl = planes.split(raw, width, rotate, lambda s, blk: blk ^ ref[s : s + blk.size])
         else:
             hdr.rotate = False
-            pl = planes.split(delta.sub_encode(cur, ref, width).view(np.uint8), width, False)
+            pl = planes.split(
+                raw, width, False, lambda s, blk: delta.zigzag_sub(blk, ref[s : s + blk.size])
+            )
     hdr.frames, payload = _compress_planes(pl)
     return Encoded(hdr, [hdr.pack(), *payload])
 

@@ -15,20 +15,16 @@ _BLOCK = 1 << 20
 
 
 def xor_into(target: np.ndarray, base: np.ndarray) -> None:
-    """target ^= base (self-inverse: the same call decodes)."""
+    """target ^= base: decodes an `xor` delta in place."""
     np.bitwise_xor(target, base, out=target)
 
 
-def sub_encode(cur: np.ndarray, base: np.ndarray, width: int) -> np.ndarray:
-    """zigzag(cur - base) with wrapping integer arithmetic on bit patterns."""
-    bits = width * 8
-    out = np.empty_like(cur)
-    for s in range(0, cur.size, _BLOCK):
-        d = cur[s : s + _BLOCK] - base[s : s + _BLOCK]  # wraps modulo 2**bits
-        signed = d.view(INT[width])
-        o = out[s : s + _BLOCK]
-        np.left_shift(d, 1, out=o)
-        o ^= (signed >> (bits - 1)).view(d.dtype)
+def zigzag_sub(cur: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """zigzag(cur - base) with wrapping integer arithmetic on bit patterns (one block)."""
+    bits = cur.dtype.itemsize * 8
+    d = cur - base  # wraps modulo 2**bits
+    out = np.left_shift(d, 1)
+    out ^= (d.view(INT[cur.dtype.itemsize]) >> (bits - 1)).view(d.dtype)
     return out
 
 

@@ -9,6 +9,8 @@ most significant first, so a reader can fetch only the top k planes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -37,16 +39,27 @@ def rotr1(a: np.ndarray) -> None:
     a |= low
 
 
-def split(raw: memoryview | bytes | bytearray, width: int, rotate: bool) -> np.ndarray:
-    """Return a (width, n) uint8 array; row 0 is the most significant plane."""
-    if width == 1:
-        return np.frombuffer(raw, dtype=np.uint8).reshape(1, -1)
+def split(
+    raw: memoryview | bytes | bytearray,
+    width: int,
+    rotate: bool,
+    transform: Callable[[int, np.ndarray], np.ndarray] | None = None,
+) -> np.ndarray:
+    """Return a (width, n) uint8 array; row 0 is the most significant plane.
+
+    `transform(start, block)` maps each block of elements first (a delta
+    against the base), so no chunk-sized temporary is ever allocated.
+    """
     src = as_uint(raw, width)
     n = src.size
+    if width == 1 and transform is None:
+        return src.reshape(1, -1)
     planes = np.empty((width, n), dtype=np.uint8)
     tmp = np.empty(min(n, _BLOCK), dtype=src.dtype)
     for start in range(0, n, _BLOCK):
         block = src[start : start + _BLOCK]
+        if transform is not None:
+            block = transform(start, block)
         t = tmp[: block.size]
         if rotate:
             rotl1(block, t)

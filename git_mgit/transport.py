@@ -7,7 +7,7 @@ with `cat_sort_uniq` because its records are sorted, de-duplicated lines.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from git_mgit import hashing
 from git_mgit.errors import MgitError
@@ -111,7 +111,9 @@ def _push_needed(repo: Repo, remote: str, revs: Sequence[str]) -> None:
         ref = anchors.set_ref(repo, commit)
     finally:
         store.close()
-    repo.git("push", "--quiet", "--no-verify", remote, f"{ref}:{ref}")
+    # A clone pushing the same objects at the same moment creates the same ref:
+    # its push wins the race, ours then finds the ref up to date.
+    _push_retrying(repo, remote, f"{ref}:{ref}", lambda: None)
 
 
 def _identity(repo: Repo) -> list[str]:
@@ -133,14 +135,22 @@ def push(repo: Repo, remote: str, revs: Sequence[str] | None = None) -> None:
             repo.git("push", "--quiet", "--no-verify", remote, f"{ANCHOR_PREFIX}*:{ANCHOR_PREFIX}*")
     elif revs:
         _push_needed(repo, remote, revs)
-    if not repo.git("rev-parse", "--verify", "--quiet", NOTES_REF, check=False):
-        return
-    for _ in range(_PUSH_ATTEMPTS):
+    if repo.git("rev-parse", "--verify", "--quiet", NOTES_REF, check=False):
+        # Someone else pushed notes meanwhile: merge theirs, then retry.
+        _push_retrying(repo, remote, f"{NOTES_REF}:{NOTES_REF}", lambda: fetch(repo, remote))
+
+
+def _push_retrying(repo: Repo, remote: str, refspec: str, on_reject: Callable[[], None]) -> None:
+    """Push, calling on_reject() and retrying when a concurrent push got in first."""
+    for _ in range(_PUSH_ATTEMPTS - 1):
         try:
-            repo.git("push", "--quiet", "--no-verify", remote, f"{NOTES_REF}:{NOTES_REF}")
+            repo.git("push", "--quiet", "--no-verify", remote, refspec)
             return
         except GitError:
-            fetch(repo, remote)  # someone else pushed notes: merge theirs, then retry
-    raise MgitError(
-        f"could not push {NOTES_REF} to {remote}: it kept changing; run `git mgit push {remote}` again"
-    )
+            on_reject()
+    try:
+        repo.git("push", "--quiet", "--no-verify", remote, refspec)
+    except GitError as exc:
+        raise MgitError(
+            f"could not push {refspec} to {remote}: {exc}; run `git mgit push {remote}` again"
+        ) from exc

@@ -351,3 +351,49 @@ def test_push_is_refused_when_objects_are_missing_locally(repo: Path, bare_remot
     assert proc.returncode != 0
     assert "cannot push" in proc.stderr and "git mgit fetch" in proc.stderr
     assert "refs/heads/main" not in run_git("ls-remote", bare_remote.url, cwd=repo).stdout
+
+
+def test_concurrent_lineage_notes_pushes_are_merged(
+    repo: Path, bare_remote: Remote, tmp_path: Path
+) -> None:
+    commit_model(repo, model_bytes(1), "v1")
+    run_git("remote", "add", "origin", bare_remote.url, cwd=repo)
+    run_git("push", "-q", "origin", "main", cwd=repo)
+    a, b = clone(bare_remote.url, tmp_path / "a"), clone(bare_remote.url, tmp_path / "b")
+    blob = run_git("rev-parse", "HEAD:model.safetensors", cwd=a).stdout.strip()
+    for clone_dir, record in ((a, '{"name":"alice"}'), (b, '{"name":"bob"}')):
+        run_git("notes", "--ref=mgit", "add", "-m", record, blob, cwd=clone_dir)
+        commit_model(clone_dir, model_bytes(5), "more", name=f"{clone_dir.name}.safetensors")
+        run_git("checkout", "-q", "-b", clone_dir.name, cwd=clone_dir)
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def push(clone_dir: Path) -> None:
+        try:
+            barrier.wait()
+            run_git("push", "-q", "origin", clone_dir.name, cwd=clone_dir)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=push, args=(d,)) for d in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, str(errors[0])
+    notes = run_git("notes", "--ref=mgit", "show", blob, cwd=bare_remote.path).stdout
+    assert '{"name":"alice"}' in notes and '{"name":"bob"}' in notes
+
+
+def test_explicit_fetch_and_push_commands(repo: Path, bare_remote: Remote, tmp_path: Path) -> None:
+    v1 = model_bytes(1)
+    commit_model(repo, v1, "v1")
+    run_git("remote", "add", "origin", bare_remote.url, cwd=repo)
+    run_git("push", "-q", "--no-verify", "origin", "main", cwd=repo)
+    mgit("push", cwd=repo)
+    other = tmp_path / "other"
+    run_git("clone", "-q", "--no-checkout", bare_remote.url, str(other), cwd=tmp_path)
+    mgit("fetch", cwd=other)
+    assert run_git("for-each-ref", "refs/mgit/objects/", cwd=other).stdout
+    run_git("checkout", "-q", "main", cwd=other)
+    assert (other / "model.safetensors").read_bytes() == v1

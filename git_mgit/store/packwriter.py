@@ -94,11 +94,14 @@ def _hash_all(hasher: hashlib._Hash, views: Sequence[memoryview]) -> None:
 
 
 class PackWriter:
-    """Appends objects to one new pack in objects_dir/pack; finish() makes it visible to git atomically."""
+    """Appends objects to one new pack in objects_dir/pack; finish() makes it visible to git atomically.
+
+    Not thread-safe: one writer per batch, used from one thread.
+    """
 
     def __init__(self, objects_dir: Path) -> None:
         self._dir = Path(objects_dir) / "pack"
-        self._dir.mkdir(parents=True, exist_ok=True)
+        self._dir.mkdir(exist_ok=True)  # objects_dir itself must exist: a wrong path fails loudly
         fd, name = tempfile.mkstemp(prefix="tmp_pack_", dir=self._dir)
         self._fd: int | None = fd
         self._tmp_pack: Path | None = Path(name)
@@ -253,7 +256,8 @@ class PackWriter:
         fd = self._open_fd()
         try:
             self._pwritev([struct.pack(">I", len(self._entries))], 8)
-            syncing = self._worker().submit(os.fdatasync, fd)  # overlaps writeback with hashing
+            # Start writeback now: it overlaps with hashing, and the fsync below only has the tail.
+            syncing = self._worker().submit(getattr(os, "fdatasync", os.fsync), fd)
             digest, crcs = self._digest_and_crcs()
             syncing.result()
             self._pwritev([digest], self._end)

@@ -397,3 +397,18 @@ def test_explicit_fetch_and_push_commands(repo: Path, bare_remote: Remote, tmp_p
     assert run_git("for-each-ref", "refs/mgit/objects/", cwd=other).stdout
     run_git("checkout", "-q", "main", cwd=other)
     assert (other / "model.safetensors").read_bytes() == v1
+
+
+def test_deleted_anchor_refs_are_noticed_and_objects_rewritten(repo: Path) -> None:
+    v1 = model_bytes(1)
+    commit_model(repo, v1, "v1")
+    refs = run_git("for-each-ref", "--format=delete %(refname)", "refs/mgit/", cwd=repo).stdout
+    run_git("update-ref", "--stdin", cwd=repo, input=refs)
+    run_git("gc", "-q", "--prune=now", cwd=repo)  # objects are gone, the cache still lists them
+    (repo / "model.safetensors").write_bytes(v1)
+    run_git("add", "--renormalize", "model.safetensors", cwd=repo)
+    run_git("commit", "-q", "--allow-empty", "-m", "re-add", cwd=repo)
+    mgit("fsck", cwd=repo)
+    (repo / "model.safetensors").unlink()
+    run_git("checkout", "--", "model.safetensors", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v1

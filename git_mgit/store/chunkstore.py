@@ -34,12 +34,11 @@ class ChunkStore:
         if content_hash in self._pending:
             oid, size = self._pending[content_hash]
             return oid.hex(), size
-        hit = self.cache.get(content_hash)
-        if hit is None and not self._refreshed:
+        if not self._refreshed:
+            # Once per process: index new anchors, drop the cache if one vanished.
             self._refreshed = True
             self.cache.refresh()
-            hit = self.cache.get(content_hash)
-        return hit
+        return self.cache.get(content_hash)
 
     def has(self, content_hash: bytes) -> bool:
         return self.locate(content_hash) is not None

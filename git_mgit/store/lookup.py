@@ -66,10 +66,20 @@ class LookupCache:
             )
 
     def refresh(self) -> int:
-        """Index anchors that appeared since the last call (fetch, another process)."""
+        """Index anchors that appeared since the last call (fetch, another process).
+
+        Starts over if an anchor it indexed has disappeared, so the cache never
+        claims an object that git may have pruned.
+        """
         with self.lock:
             tips = anchor_tips(self.repo)
             known = {r[0] for r in self.db.execute("SELECT commit_id FROM anchors")}
+            if known - set(tips.values()):
+                # An indexed anchor is gone (gc, deleted refs): its objects may be too.
+                with self.db:
+                    for table in ("objects", "anchors", "chains"):
+                        self.db.execute(f"DELETE FROM {table}")
+                known = set()
             new = [c for c in tips.values() if c not in known]
             if not new:
                 return 0
@@ -82,9 +92,8 @@ class LookupCache:
     def rebuild(self) -> int:
         with self.lock:
             with self.db:
-                self.db.execute("DELETE FROM objects")
-                self.db.execute("DELETE FROM anchors")
-                self.db.execute("DELETE FROM chains")
+                for table in ("objects", "anchors", "chains"):
+                    self.db.execute(f"DELETE FROM {table}")
             return self.refresh()
 
     def all(self) -> dict[bytes, tuple[str, int]]:

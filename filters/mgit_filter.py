@@ -7,7 +7,9 @@ checkout of many model files costs one fetch, not one per file.
 
 from __future__ import annotations
 
+import importlib
 import sys
+import threading
 from typing import BinaryIO
 
 from git_mgit import config, setup, transport
@@ -22,6 +24,11 @@ from git_mgit.store.chunkstore import ChunkStore
 
 class MgitFilter:
     def __init__(self, repo: Repo) -> None:
+        # numpy and zstd take ~0.15 s to import: do it while git streams the
+        # first file to us rather than after (the import lock makes users wait).
+        threading.Thread(
+            target=importlib.import_module, args=("git_mgit.codecs.codec",), daemon=True
+        ).start()
         self.repo = repo
         self.settings = config.load(repo)
         self.store = ChunkStore(repo)

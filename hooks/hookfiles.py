@@ -13,12 +13,11 @@ from pathlib import Path
 
 from git_mgit.errors import MgitError
 
-HOOKS = ("pre-push", "post-checkout", "post-merge")
+# Only pre-push: every hook is a process start on a hot git path, so git-mgit
+# installs only those it cannot do without.
+HOOKS = ("pre-push",)
 MARKER = "# git-mgit hook (managed by git-mgit; remove with git mgit uninstall)"
 CHAINED = ".mgit-chained"
-# Without git-mgit a push would leave the remote with manifests but no tensors,
-# so pre-push fails; checkouts and merges have already happened, so only warn.
-BLOCKING = frozenset({"pre-push"})
 
 _TEMPLATE = """\
 #!/bin/sh
@@ -27,31 +26,26 @@ _TEMPLATE = """\
 # ({name}{chained}, if any) with the same arguments and standard input.
 stdin=$(cat; echo .)
 stdin=${{stdin%.}}
-status=0
 if command -v git-mgit >/dev/null 2>&1; then
-\tprintf '%s' "$stdin" | git-mgit hook {name} "$@" {on_failure}
+\tprintf '%s' "$stdin" | git-mgit hook {name} "$@" || exit $?
 else
-\tprintf >&2 '%s\\n' "git-mgit: this repository's {name} hook needs git-mgit, which is not on PATH; install git-mgit (then 'git mgit uninstall --local' removes its hooks) or delete $0"{on_missing}
+\tprintf >&2 '%s\\n' "git-mgit: this repository's {name} hook needs git-mgit, which is not on PATH; install git-mgit (then 'git mgit uninstall --local' removes its hooks) or delete $0"
+\texit 1
 fi
 chained="$0{chained}"
 if [ -x "$chained" ]; then
 \tprintf '%s' "$stdin" | "$chained" "$@" || exit $?
 fi
-exit "$status"
 """
 
 
 def script(name: str) -> str:
-    """The POSIX sh text of our `name` hook."""
-    return _TEMPLATE.format(
-        marker=MARKER,
-        name=name,
-        chained=CHAINED,
-        # A failing pre-push must stop the push before the chained hook runs;
-        # a failing post-* hook still lets the user's own hook run.
-        on_failure="|| exit $?" if name in BLOCKING else "|| status=$?",
-        on_missing="\n\texit 1" if name in BLOCKING else "",
-    )
+    """The POSIX sh text of our `name` hook.
+
+    A failure of ours stops git (a push without its tensors would leave the
+    remote with manifests it cannot check out) before the chained hook runs.
+    """
+    return _TEMPLATE.format(marker=MARKER, name=name, chained=CHAINED)
 
 
 def is_ours(content: bytes) -> bool:

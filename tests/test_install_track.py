@@ -248,12 +248,12 @@ def test_hooks_go_where_core_hookspath_points(repo):
 
 
 def test_an_outdated_hook_of_ours_is_rewritten(repo):
-    hook = repo / ".git" / "hooks" / "post-merge"
-    write_hook(hook, f"#!/bin/sh\n{hookfiles.MARKER}\nexec git-mgit hook post-merge\n")
+    hook = repo / ".git" / "hooks" / "pre-push"
+    write_hook(hook, f"#!/bin/sh\n{hookfiles.MARKER}\nexec git-mgit hook pre-push\n")
     changes = setup.ensure_repo(find_repo())
-    assert any(c.startswith("updated post-merge hook") for c in changes)
-    assert hook.read_text() == hookfiles.script("post-merge")
-    assert not (repo / ".git" / "hooks" / "post-merge.mgit-chained").exists()
+    assert any(c.startswith("updated pre-push hook") for c in changes)
+    assert hook.read_text() == hookfiles.script("pre-push")
+    assert not (repo / ".git" / "hooks" / "pre-push.mgit-chained").exists()
 
 
 def test_foreign_hook_and_existing_chained_hook_need_force(repo):
@@ -303,22 +303,10 @@ def test_a_failing_pre_push_stops_before_the_chained_hook(repo, fake_bin, monkey
     assert not (Path(os.environ["LOG"]) / "user.args").exists()
 
 
-def test_a_failing_post_checkout_still_runs_the_chained_hook(repo, fake_bin, monkeypatch):
-    setup.ensure_repo(find_repo())
-    hooks = repo / ".git" / "hooks"
-    write_hook(hooks / "post-checkout.mgit-chained", USER_HOOK)
-    monkeypatch.setenv("FAKE_MGIT_STATUS", "4")
-    env = {**os.environ, "PATH": f"{fake_bin}:{SYSTEM_PATH}"}
-    proc = subprocess.run([str(hooks / "post-checkout"), "a", "b", "1"], input=b"", env=env)
-    assert proc.returncode == 4
-    assert (Path(os.environ["LOG"]) / "user.args").read_text() == "a\nb\n1\n"
-
-
-def test_without_git_mgit_on_path_only_pre_push_fails(repo, monkeypatch):
+def test_without_git_mgit_on_path_pre_push_fails_with_one_line(repo, monkeypatch):
     assert shutil.which("git-mgit", path=SYSTEM_PATH) is None
     setup.ensure_repo(find_repo())
     hooks = repo / ".git" / "hooks"
-    write_hook(hooks / "post-checkout.mgit-chained", "#!/bin/sh\necho user-hook-ran\n")
     env = {**os.environ, "PATH": SYSTEM_PATH}
     push = subprocess.run(
         [str(hooks / "pre-push"), "origin", "url"],
@@ -331,31 +319,21 @@ def test_without_git_mgit_on_path_only_pre_push_fails(repo, monkeypatch):
     assert "git-mgit, which is not on PATH" in push.stderr
     assert "git mgit uninstall --local" in push.stderr
     assert len(push.stderr.splitlines()) == 1
-    checkout = subprocess.run(
-        [str(hooks / "post-checkout"), "a", "b", "1"],
-        input="",
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert checkout.returncode == 0
-    assert checkout.stdout == "user-hook-ran\n"
 
 
 def test_uninstall_restores_the_repository_as_it_was(repo, capsys):
     git("remote", "add", "origin", "/srv/origin.git")
     hooks = repo / ".git" / "hooks"
-    write_hook(hooks / "post-checkout", USER_HOOK)
+    write_hook(hooks / "pre-push", USER_HOOK)
     config = (repo / ".git" / "config").read_bytes()
     assert mgit(capsys, "install")[0] == 0
-    assert (hooks / "post-checkout.mgit-chained").read_text() == USER_HOOK
+    assert (hooks / "pre-push.mgit-chained").read_text() == USER_HOOK
     rc, out, _ = mgit(capsys, "uninstall")
     assert rc == 0
-    assert "restored post-checkout hook" in out
-    assert (hooks / "post-checkout").read_text() == USER_HOOK
-    assert os.access(hooks / "post-checkout", os.X_OK)
-    assert not (hooks / "post-checkout.mgit-chained").exists()
-    assert not (hooks / "pre-push").exists() and not (hooks / "post-merge").exists()
+    assert "restored pre-push hook" in out
+    assert (hooks / "pre-push").read_text() == USER_HOOK
+    assert os.access(hooks / "pre-push", os.X_OK)
+    assert not (hooks / "pre-push.mgit-chained").exists()
     assert (repo / ".git" / "config").read_bytes() == config
     assert not (repo / ".git" / "info" / "attributes").exists()
 

@@ -3,11 +3,14 @@
 `git hash-object -w` stores ~20 MB/s; tensor payloads are already compressed
 and arrive in hundreds of MB, so objects go straight into a new pack in
 objects/pack instead. Payload bytes are framed as zlib "stored" blocks that
-point into the caller's buffers (no compression, no copies), .
+point into the caller's buffers (no compression, no copies) and go out with
+pwritev. There are no git deltas: payloads are compressed already, often as
+tensor deltas.
 
 SHA-1 (~2 GB/s) is the bottleneck and must run twice over the payload: once
 for the object id in add(), and once for the pack trailer in finish(),
-because the pack header holds the object count, which only finish() knows.
+because the pack header holds the object count, which only finish() knows;
+end to end throughput cannot exceed half the SHA-1 speed (~1 GB/s here).
 Everything else is arranged around those two passes on the second core:
 add() writes and computes adler32 while a worker hashes the object id;
 finish() re-reads the pack from page cache on a worker that also computes the

@@ -412,3 +412,32 @@ def test_deleted_anchor_refs_are_noticed_and_objects_rewritten(repo: Path) -> No
     (repo / "model.safetensors").unlink()
     run_git("checkout", "--", "model.safetensors", cwd=repo)
     assert (repo / "model.safetensors").read_bytes() == v1
+
+
+def test_paths_with_spaces_and_unicode_and_delta_bases(repo: Path) -> None:
+    name = "models/my model ü.safetensors"
+    (repo / "models").mkdir()
+    v1 = model_bytes(1)
+    v2 = model_bytes(2, base=tensors_of(v1), step=1e-5)
+    commit_model(repo, v1, "v1", name=name)
+    c2 = commit_model(repo, v2, "v2", name=name)
+    depths = [line for line in mgit("status", cwd=repo).stdout.splitlines() if "my model" in line]
+    assert depths and depths[0].split()[-1] != "0", (
+        "the previous version at that path is the delta base"
+    )
+    (repo / name).unlink()
+    run_git("checkout", c2, "--", name, cwd=repo)
+    assert (repo / name).read_bytes() == v2
+
+
+def test_linked_worktree_shares_objects(repo: Path, tmp_path: Path) -> None:
+    v1 = model_bytes(1)
+    commit_model(repo, v1, "v1")
+    run_git("worktree", "add", "-q", str(tmp_path / "wt"), "-b", "wt", cwd=repo)
+    wt = tmp_path / "wt"
+    assert (wt / "model.safetensors").read_bytes() == v1
+    v2 = model_bytes(2, base=tensors_of(v1), step=1e-4)
+    commit_model(wt, v2, "v2 in worktree")
+    run_git("merge", "-q", "--ff-only", "wt", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v2
+    assert status_porcelain(wt) == "" and status_porcelain(repo) == ""

@@ -35,17 +35,20 @@ class ObjectReader:
         return self._proc
 
     def read(self, oid: str) -> bytearray | None:
-        """The object's content, or None if git does not have it."""
+        """The object's content (any name git understands), or None if git does not have it."""
+        if "\n" in oid:
+            return None  # cat-file reads names line by line: such a name cannot be asked
         with self._lock:
             proc = self._process()
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(oid.encode() + b"\n")
             proc.stdin.flush()
             line = _readline(proc.stdout)
-            parts = line.split()
-            if len(parts) == 2 and parts[1] == b"missing":
+            # "<name> missing" echoes the name, which may contain spaces.
+            if line.endswith((b" missing", b" ambiguous")):
                 return None
-            if len(parts) != 3:
+            parts = line.split()
+            if len(parts) != 3 or not parts[2].isdigit():
                 raise MgitError(f"git cat-file answered {line[:80]!r} for {oid}")
             size = int(parts[2])
             buf = bytearray(size + 1)  # content plus git's trailing LF

@@ -18,7 +18,7 @@ from pathlib import Path
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, find_repo, git
 from git_mgit.hooks import hookfiles
-from git_mgit.hooks.hookfiles import HOOKS
+from git_mgit.hooks.hookfiles import HOOKS, RETIRED
 from git_mgit.transport import NOTES_REF, NOTES_REMOTES, OBJECTS_REFSPEC, notes_refspec
 
 FILTER_CONFIG: dict[str, str] = {
@@ -240,6 +240,10 @@ def ensure_repo(repo: Repo, force: bool = False) -> list[str]:
     changes += _ensure_attributes(attributes)
     for hook in HOOKS:
         change = hookfiles.install(hooks_dir, hook, force)
+        if change:
+            changes.append(change)
+    for hook in RETIRED:
+        change = hookfiles.remove(hooks_dir, hook)
         if change:
             changes.append(change)
     return changes

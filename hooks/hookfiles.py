@@ -16,6 +16,8 @@ from git_mgit.errors import MgitError
 # Only pre-push: every hook is a process start on a hot git path, so git-mgit
 # installs only those it cannot do without.
 HOOKS = ("pre-push",)
+# Hooks earlier versions installed: setup removes ours and restores chained ones.
+RETIRED = ("post-checkout", "post-merge")
 MARKER = "# git-mgit hook (managed by git-mgit; remove with git mgit uninstall)"
 CHAINED = ".mgit-chained"
 

@@ -447,3 +447,18 @@ def test_track_hints_then_renormalizes_files_already_in_the_index(repo, capsys):
     assert "Re-added 1 file(s)" in out
     assert git("cat-file", "blob", ":w.safetensors") == "WEIGHTS"
     assert git("cat-file", "blob", ":notes.txt") == "notes"
+
+
+def test_hooks_earlier_versions_installed_are_retired(repo):
+    hooks = repo / ".git" / "hooks"
+    write_hook(
+        hooks / "post-checkout",
+        f"#!/bin/sh\n{hookfiles.MARKER}\nexec git-mgit hook post-checkout\n",
+    )
+    write_hook(hooks / "post-checkout.mgit-chained", USER_HOOK)
+    write_hook(hooks / "post-merge", USER_HOOK)  # the user's own: left alone
+    changes = setup.ensure_repo(find_repo())
+    assert "restored post-checkout hook from post-checkout.mgit-chained" in changes
+    assert (hooks / "post-checkout").read_text() == USER_HOOK
+    assert (hooks / "post-merge").read_text() == USER_HOOK
+    assert setup.ensure_repo(find_repo()) == []

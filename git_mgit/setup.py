@@ -277,7 +277,7 @@ def remove_repo(repo: Repo) -> list[str]:
         changes.append(f"removed notes.rewriteRef = {NOTES_REF}")
     hooks_dir, attributes = _paths(repo, hooks_path)
     changes += _remove_attributes(attributes)
-    for hook in HOOKS:
+    for hook in (*HOOKS, *RETIRED):
         change = hookfiles.remove(hooks_dir, hook)
         if change:
             changes.append(change)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from git_mgit.errors import MgitError, ObjectCorrupt
 
+_BOUNDED_PACK_MAPS = ("-c", "core.packedGitWindowSize=16m", "-c", "core.packedGitLimit=64m")
+
 
 class ObjectReader:
     """Random access to objects by id; thread-safe, one request at a time."""
@@ -25,7 +27,10 @@ class ObjectReader:
     def _process(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = subprocess.Popen(
-                ["git", "cat-file", "--batch"],
+                # git maps packs in windows of up to 1 GiB and keeps up to 8 GiB
+                # mapped; reading a whole model would pull all of it into the
+                # filter's memory. Small windows keep it at a few chunks.
+                ["git", *_BOUNDED_PACK_MAPS, "cat-file", "--batch"],
                 cwd=self._cwd,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

@@ -231,32 +231,45 @@ def decode(
 
 
 def _join(hdr: ObjectHeader, payload: memoryview) -> bytearray:
+    """Reassemble a chunk from its planes, one frame-sized block of elements at a time.
+
+    Block i gathers frame i of every plane into its slice of the output and
+    un-rotates it while it is still in cache; blocks run in parallel, and
+    stored frames are read straight from the object without a copy.
+    """
     out = bytearray(hdr.raw_len)
     arr = np.frombuffer(out, dtype=np.uint8)
-    jobs = []
-    pos = 0
-    for p, plane in enumerate(hdr.frames):
-        for i, (mode, n) in enumerate(plane):
-            jobs.append((p, i * hdr.frame_size, mode, payload[pos : pos + n]))
+    width, plane_len = hdr.width, hdr.raw_len // hdr.width
+    table, pos = [], 0
+    for plane in hdr.frames:
+        row = []
+        for mode, n in plane:
+            row.append((mode, payload[pos : pos + n]))
             pos += n
+        table.append(row)
 
-    plane_len = hdr.raw_len // hdr.width
+    def block(i: int) -> None:
+        start = i * hdr.frame_size
+        count = min(hdr.frame_size, plane_len - start)
+        dst = arr[start * width : (start + count) * width]
+        for p, row in enumerate(table):
+            mode, data = row[i]
+            if mode == FrameMode.ZSTD:
+                data = _decompress(data, count)
+            dst[width - 1 - p :: width] = np.frombuffer(data, dtype=np.uint8)
+        if hdr.rotate:
+            planes.rotr1(dst.view(planes.UINT[width]))
 
-    def run(job: tuple[int, int, int, memoryview]) -> None:
-        p, start, mode, data = job
-        if mode == FrameMode.ZSTD:
-            want = min(hdr.frame_size, plane_len - start)
-            try:
-                # Check the declared size first: a corrupt frame must not allocate gigabytes.
-                if zstandard.frame_content_size(data) != want:
-                    raise ObjectCorrupt("object frame has the wrong decompressed size")
-                data = _dctx().decompress(data)
-            except zstandard.ZstdError as exc:
-                raise ObjectCorrupt(f"object frame does not decompress ({exc})") from exc
-        planes.join_into(arr, p, start, data, hdr.width)
-
-    for _ in _pool.map(run, jobs):
+    for _ in _pool.map(block, range(len(table[0]) if table else 0)):
         pass
-    if hdr.rotate:
-        planes.unrotate(arr, hdr.width)
     return out
+
+
+def _decompress(frame: memoryview, size: int) -> bytes:
+    try:
+        # Check the declared size first: a corrupt frame must not allocate gigabytes.
+        if zstandard.frame_content_size(frame) != size:
+            raise ObjectCorrupt("object frame has the wrong decompressed size")
+        return _dctx().decompress(frame)
+    except zstandard.ZstdError as exc:
+        raise ObjectCorrupt(f"object frame does not decompress ({exc})") from exc

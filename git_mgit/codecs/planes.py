@@ -69,19 +69,3 @@ def split(
         for k in range(width):
             planes[width - 1 - k, start : start + block.size] = as_bytes[k::width]
     return planes
-
-
-def join_into(
-    out: np.ndarray, plane: int, start: int, data: memoryview | bytes, width: int
-) -> None:
-    """Scatter one frame of plane `plane` (0 = most significant) into `out` (uint8)."""
-    k = width - 1 - plane
-    frame = np.frombuffer(data, dtype=np.uint8)
-    out[k + start * width : k + (start + frame.size) * width : width] = frame
-
-
-def unrotate(out: np.ndarray, width: int) -> None:
-    """Undo the encode-side rotation on a joined buffer, in place, blockwise."""
-    a = out.view(UINT[width])
-    for start in range(0, a.size, _BLOCK):
-        rotr1(a[start : start + _BLOCK])

@@ -20,7 +20,9 @@ class MergeResult:
     conflicts: list[str]
 
 
-def _pick(base, ours, theirs):
+def _pick(
+    base: tuple[bytes, ...], ours: tuple[bytes, ...], theirs: tuple[bytes, ...]
+) -> tuple[bytes, ...] | None:
     """Classic three-way choice; None means conflict."""
     if ours == theirs or theirs == base:
         return ours
@@ -29,28 +31,22 @@ def _pick(base, ours, theirs):
     return None
 
 
+def _layout(m: mf.Manifest) -> list[tuple]:
+    return [(s.kind, s.name, s.dtype, s.shape, s.offset, s.length) for s in m.segments]
+
+
 def merge(base: mf.Manifest, ours: mf.Manifest, theirs: mf.Manifest) -> MergeResult:
-    layout = [
-        [(s.kind, s.name, s.dtype, s.shape, s.offset, s.length) for s in m.segments]
-        for m in (base, ours, theirs)
-    ]
-    header = _pick(
-        *(
-            m.segments[0].hashes if m.segments and m.segments[0].kind == "header" else ()
-            for m in (base, ours, theirs)
-        )
-    )
-    if (
-        not (layout[0] == layout[1] == layout[2] and ours.kind == theirs.kind == "safetensors")
-        or header is None
+    """Merge segment by segment; conflicting ones keep our chunks and are named."""
+    if not (
+        _layout(base) == _layout(ours) == _layout(theirs)
+        and ours.kind == theirs.kind == "safetensors"
     ):
-        return MergeResult(None, ["<tensor layout or metadata changed on both sides>"])
+        return MergeResult(None, ["<the tensor layout changed on both sides>"])
     segments, conflicts = [], []
     for b, o, t in zip(base.segments, ours.segments, theirs.segments, strict=True):
         chosen = _pick(b.hashes, o.hashes, t.hashes)
         if chosen is None:
-            conflicts.append(o.name or o.kind)
+            conflicts.append(o.name if o.kind == "tensor" else "<safetensors header metadata>")
             chosen = o.hashes
         segments.append(mf.Segment(o.kind, o.offset, o.length, chosen, o.name, o.dtype, o.shape))
-    segments[0] = mf.Segment("header", 0, ours.segments[0].length, header)
     return MergeResult(mf.Manifest(ours.kind, ours.size, ours.chunk_size, segments), conflicts)

@@ -9,7 +9,7 @@ tracking began must still check out.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from git_mgit import hashing
 from git_mgit import manifest as mf
@@ -46,17 +46,29 @@ def smudge(m: mf.Manifest, path: str, store: ChunkStore, write: Write) -> None:
         )
     chunks = list(m.chunks())
     progress = Progress(f"git-mgit: checking out {path}", m.size)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgit-decode") as pool:
-        ahead = pool.submit(store.get_raw, chunks[0].content_hash) if chunks else None
+    # Three stages overlap: read chunk i+2's object, decode chunk i+1, write chunk i.
+    with (
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgit-read") as reader,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgit-decode") as decoder,
+    ):
+        reads: dict[int, Future[bytearray]] = {}
+        decodes: dict[int, Future[bytearray]] = {}
+
+        def read(i: int) -> None:
+            if i < len(chunks) and i not in reads and i not in decodes:
+                reads[i] = reader.submit(store.read_object, chunks[i].content_hash)
+
+        def decode(i: int) -> None:
+            if i < len(chunks) and i not in decodes:
+                read(i)
+                decodes[i] = decoder.submit(_decode, store, chunks[i].content_hash, reads.pop(i))
+
         try:
             for i, chunk in enumerate(chunks):
-                assert ahead is not None
-                raw = ahead.result()
-                ahead = (
-                    pool.submit(store.get_raw, chunks[i + 1].content_hash)
-                    if i + 1 < len(chunks)
-                    else None
-                )
+                decode(i)
+                decode(i + 1)
+                read(i + 2)
+                raw = decodes.pop(i).result()
                 if len(raw) != chunk.length:
                     raise ObjectCorrupt(
                         f"{path}: chunk {hashing.to_text(chunk.content_hash)} decodes to {len(raw)} bytes, "
@@ -71,6 +83,10 @@ def smudge(m: mf.Manifest, path: str, store: ChunkStore, write: Write) -> None:
                 msg if msg.startswith(path) else f"{path}: {msg}; run `git mgit fsck`"
             ) from exc
         finally:
-            if ahead is not None:
-                ahead.cancel()
+            for f in (*reads.values(), *decodes.values()):
+                f.cancel()
             progress.finish()
+
+
+def _decode(store: ChunkStore, content_hash: bytes, read: Future[bytearray]) -> bytearray:
+    return store.get_raw(content_hash, read.result())

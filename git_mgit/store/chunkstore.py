@@ -93,23 +93,29 @@ class ChunkStore:
             self.cache.set_chain(content_hash, *known)
         return known
 
-    def get_raw(self, content_hash: bytes) -> bytearray:
-        """Decode a chunk, resolving its delta chain bottom-up; verifies every level."""
-        chain = [content_hash]
-        seen = {content_hash}
-        while (base := self.chain_of(chain[-1])[0]) is not None:
-            if base in seen or len(chain) > 255:
+    def get_raw(self, content_hash: bytes, top: bytearray | None = None) -> bytearray:
+        """Decode a chunk, resolving its delta chain bottom-up; verifies every level.
+
+        `top` is the chunk's own object if the caller already read it (read-ahead).
+        """
+        if top is None:
+            top = self.read_object(content_hash)
+        hdr = parse_header(top)
+        if self.cache.chain(content_hash) is None:
+            self.cache.set_chain(content_hash, hdr.base_hash, hdr.depth)
+        chain: list[bytes] = []
+        base = hdr.base_hash
+        while base is not None:
+            if base == content_hash or base in chain or len(chain) > 255:
                 raise ObjectCorrupt(
                     f"object {hashing.to_text(content_hash)} has a cyclic delta chain"
                 )
-            seen.add(base)
             chain.append(base)
+            base = self.chain_of(base)[0]
         raw: bytearray | None = None
         for h in reversed(chain):
-            prev = raw
-            raw = codecs.decode(self.read_object(h), lambda _h, b=prev: b, expected_hash=h)
-        assert raw is not None
-        return raw
+            raw = codecs.decode(self.read_object(h), lambda _h, b=raw: b, expected_hash=h)
+        return codecs.decode(top, lambda _h: raw, expected_hash=content_hash)
 
     def close(self) -> None:
         self.flush()

@@ -7,6 +7,8 @@ alternates) readable, at the cost of one pipe copy.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import subprocess
 import threading
 from pathlib import Path
@@ -37,6 +39,7 @@ class ObjectReader:
                 stderr=subprocess.PIPE,
                 bufsize=0,
             )
+            _widen_pipe(self._proc.stdout)
         return self._proc
 
     def read(self, oid: str) -> bytearray | None:
@@ -82,6 +85,12 @@ class ObjectReader:
             if self._proc is not None:
                 self._proc.communicate()
                 self._proc = None
+
+
+def _widen_pipe(stream) -> None:
+    """1 MiB instead of 64 KiB: 16x fewer context switches per chunk read (Linux only)."""
+    with contextlib.suppress(OSError):  # a smaller pipe only costs speed
+        fcntl.fcntl(stream.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
 
 
 def _readline(stream) -> bytes:

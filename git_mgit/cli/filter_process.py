@@ -14,7 +14,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from git_mgit.filters.mgit_filter import MgitFilter
     from git_mgit.filters.process import serve
+    from git_mgit.malloc import reuse_freed_chunks
 
+    reuse_freed_chunks()
     handler = MgitFilter(find_repo())
     try:
         return serve(handler)

@@ -1,0 +1,136 @@
+"""scripts/bench: git-mgit against git-lfs and plain git on the same files, same run.
+
+Prints a report (tables, then each target with PASS/FAIL) and writes it as
+JSON to bench-out/results.json. Exits 0 whatever the targets say: timings on
+a shared machine are noisy, so this is a report, not a test. See
+docs/benchmarks.md for what each number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import models
+import phases
+import report
+import training
+from phases import Context, log
+from tools import LFS, MGIT, PASSTHROUGH, PLAIN, isolated_env
+
+ROOT = Path(__file__).resolve().parents[2]
+MIB = 1 << 20
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test in about a minute: 64 MiB files, 256 MiB memory check, "
+        "4 checkpoints, no plain git on big files, one repetition",
+    )
+    p.add_argument("--size-mib", type=int, help="size of the fp32 and bf16 files (default 512)")
+    p.add_argument("--rss-size-mib", type=int, help="size of the memory-check file (default 2048)")
+    p.add_argument("--checkpoints", type=int, help="training checkpoints to commit (default 10)")
+    p.add_argument("--repeat", type=int, help="repetitions per timed step (default 3)")
+    p.add_argument(
+        "--chunk-size",
+        help="git config mgit.chunkSize for the bench repositories (default: git-mgit's, 64 MiB)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the scratch folder, for debugging")
+    p.add_argument(
+        "--out", type=Path, default=ROOT / "bench-out" / "results.json", help="JSON output file"
+    )
+    args = p.parse_args(argv)
+    defaults = (64, 256, 4, 1) if args.quick else (512, 2048, 10, 3)
+    for name, value in zip(
+        ("size_mib", "rss_size_mib", "checkpoints", "repeat"), defaults, strict=True
+    ):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
+    """Every section of the benchmark; returns the raw results."""
+    ctx = Context(scratch, isolated_env(scratch), args.repeat, args.chunk_size)
+    data = scratch / "data"
+    data.mkdir()
+    results: dict[str, object] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": report.machine(),
+    }
+
+    files: dict[str, object] = {}
+    big_tools = [MGIT, LFS] + ([] if args.quick else [PLAIN]) + [PASSTHROUGH]
+    for dtype, kind in (("F32", "fp32"), ("BF16", "bf16")):
+        label = f"{kind} {args.size_mib} MiB"
+        src = data / f"{kind}.safetensors"
+        log(f"{label}: writing the model file")
+        models.write_model(src, args.size_mib * MIB, dtype)
+        files[label] = phases.bench_file(ctx, label.replace(" ", "-"), src, big_tools)
+        src.unlink()
+    results["files"] = files
+
+    label = f"fp32 {args.rss_size_mib} MiB"
+    src = data / "big.safetensors"
+    log(f"{label}: writing the model file")
+    models.write_model(src, args.rss_size_mib * MIB, "F32")
+    rss = phases.bench_rss(ctx, label.replace(" ", "-"), src, [MGIT, LFS])
+    rss["label"] = label
+    results["rss_check"] = rss
+    src.unlink()
+
+    log(f"series: training {args.checkpoints} epochs")
+    ckpt_dir = data / "checkpoints"
+    ckpt_dir.mkdir()
+    start = time.monotonic()
+    checkpoints, losses = training.train_series(ckpt_dir, args.checkpoints)
+    train_s = time.monotonic() - start
+    series = phases.bench_series(ctx, checkpoints)
+    series.update(params=training.param_count(), train_s=train_s, losses=losses)
+    results["series"] = series
+
+    chunk = rss["tools"][MGIT]["chunk_size"]  # type: ignore[index]
+    results["settings"] = {
+        "quick": args.quick,
+        "repeat": args.repeat,
+        "chunk_size": chunk,
+        "size_mib": args.size_mib,
+        "rss_size_mib": args.rss_size_mib,
+        "checkpoints": args.checkpoints,
+    }
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    scratch = Path(tempfile.mkdtemp(prefix="mgit-bench-", dir="/tmp"))
+    log(f"scratch folder {scratch}")
+    try:
+        results = run(args, scratch)
+    finally:
+        if args.keep:
+            log(f"kept {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    # Raw results first, so a bug in the report cannot lose a 20-minute run.
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    checks = report.targets(results)
+    results["targets"] = report.as_json(checks)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(report.render(results, checks))
+    log(f"results written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,357 @@
+"""Turn raw samples into the table, the target checks and machine facts.
+
+Timings are medians over the repetitions: the machine is shared, and one
+slow outlier should not decide a target either way. The checks are a
+report, not a test: they never change the exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tools import LFS, MGIT, PASSTHROUGH
+
+MIB = 1 << 20
+ROOT = Path(__file__).resolve().parents[2]
+RSS_SLACK = 150_000_000  # the "+ 150 MB" of the memory target
+RSS_GROWTH = 1.10  # "independent of file size": at most 10% more at 4x the bytes
+
+
+@dataclass
+class Target:
+    name: str
+    passed: bool
+    measured: str
+
+
+def median(samples: list[float] | None) -> float | None:
+    return statistics.median(samples) if samples else None
+
+
+def _t(tool: dict[str, Any], step: str, what: str = "times_s") -> float | None:
+    """Median wall time of a step (or, with what="filter_cpu_s", the filter's CPU time)."""
+    return median(tool[what].get(step))
+
+
+def _spread(tool: dict[str, Any], step: str) -> str:
+    """Median and range of a step's times, so a reader can see how noisy a verdict was."""
+    samples = tool["times_s"][step]
+    if len(samples) == 1:
+        return f"{samples[0]:.2f} s"
+    return f"{median(samples):.2f} s [{min(samples):.2f}-{max(samples):.2f}]"
+
+
+def _rss(tool: dict[str, Any], key: str = "peak") -> int:
+    """Peak RSS in bytes over every kind of step (key: see tools.RSS_FIELDS)."""
+    return max(kind[key] for kind in tool["filter_peak_rss_kib"].values()) * 1024
+
+
+def machine() -> dict[str, str]:
+    """What the numbers were measured on."""
+
+    def run(*cmd: str) -> str:
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    cpu = ""
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo", encoding="utf-8") as f:
+        mem_kib = int(f.readline().split()[1])
+    return {
+        "nproc": str(len(os.sched_getaffinity(0))),
+        "cpu": cpu,
+        "memory": f"{mem_kib / MIB:.1f} GiB",
+        "kernel": platform.release(),
+        "git": run("git", "--version").removeprefix("git version "),
+        "git-lfs": run("git", "lfs", "version").split(" ")[0],
+        "python": platform.python_version(),
+        "git-mgit commit": run("git", "rev-parse", "--short", "HEAD")
+        + (" (dirty)" if run("git", "status", "--porcelain", "--untracked-files=no") else ""),
+    }
+
+
+def targets(results: dict[str, Any]) -> list[Target]:
+    """Each acceptance target of the issue, checked against this run's medians."""
+    out: list[Target] = []
+    min_ratio = {"fp32": 1.15, "bf16": 1.4}
+    for label, data in results["files"].items():
+        tools = data["tools"]
+        mg, lfs = tools[MGIT], tools[LFS]
+        kind = label.split()[0]
+
+        add_m, add_l = _t(mg, "first_add"), _t(lfs, "first_add")
+        out.append(
+            Target(
+                f"{label}: first add no slower than git-lfs",
+                add_m <= add_l,
+                f"{_spread(mg, 'first_add')} vs {_spread(lfs, 'first_add')} ({add_m / add_l:.2f}x)",
+            )
+        )
+        re_m, re_l = _t(mg, "readd_unchanged"), _t(lfs, "readd_unchanged")
+        out.append(
+            Target(
+                f"{label}: re-add unchanged under 1 s",
+                re_m < 1.0,
+                _spread(mg, "readd_unchanged"),
+            )
+        )
+        out.append(
+            Target(
+                f"{label}: re-add unchanged under 0.3x git-lfs",
+                re_m < 0.3 * re_l,
+                f"{_spread(mg, 'readd_unchanged')} vs {_spread(lfs, 'readd_unchanged')} "
+                f"({re_m / re_l:.2f}x)",
+            )
+        )
+        co_m, co_l = _t(mg, "checkout"), _t(lfs, "checkout")
+        co_p = _t(tools[PASSTHROUGH], "checkout")
+        mb = data["bytes"] / 1e6
+        out.append(
+            Target(
+                f"{label}: checkout >= 0.8x passthrough throughput",
+                co_p / co_m >= 0.8,
+                f"{mb / co_m:.0f} MB/s vs {mb / co_p:.0f} MB/s ({co_p / co_m:.2f}x; "
+                f"{_spread(mg, 'checkout')} vs {_spread(tools[PASSTHROUGH], 'checkout')})",
+            )
+        )
+        out.append(
+            Target(
+                f"{label}: checkout no slower than git-lfs",
+                co_m <= co_l,
+                f"{_spread(mg, 'checkout')} vs {_spread(lfs, 'checkout')} ({co_m / co_l:.2f}x)",
+            )
+        )
+        ratio = data["bytes"] / mg["stored_bytes"]
+        out.append(
+            Target(
+                f"{label}: raw/stored >= {min_ratio[kind]}",
+                ratio >= min_ratio[kind],
+                f"{ratio:.3f}x ({data['bytes']:,} -> {mg['stored_bytes']:,} bytes)",
+            )
+        )
+
+    series = results["series"]["tools"]
+    gain = series[LFS]["stored_bytes"] / series[MGIT]["stored_bytes"]
+    out.append(
+        Target(
+            f"{results['series']['checkpoints']} checkpoints: stored >= 2x smaller than git-lfs",
+            gain >= 2.0,
+            f"{gain:.2f}x ({series[MGIT]['stored_bytes']:,} vs {series[LFS]['stored_bytes']:,} bytes)",
+        )
+    )
+
+    big = results["rss_check"]
+    chunk = big["tools"][MGIT]["chunk_size"]
+    bound = 3 * chunk + RSS_SLACK
+    peaks = {label: _rss(d["tools"][MGIT]) for label, d in results["files"].items()}
+    peaks[big["label"]] = _rss(big["tools"][MGIT])
+    split = {label: _split(d["tools"][MGIT]) for label, d in results["files"].items()}
+    split[big["label"]] = _split(big["tools"][MGIT])
+    for label, peak in peaks.items():
+        out.append(
+            Target(
+                f"{label}: filter peak RSS < 3 x chunk + 150 MB",
+                peak < bound,
+                f"{peak / MIB:.0f} MiB vs {bound / MIB:.0f} MiB (chunk {chunk // MIB} MiB; "
+                f"{split[label]})",
+            )
+        )
+    small_label = next(label for label in results["files"] if label.startswith("fp32"))
+    small, large = peaks[small_label], peaks[big["label"]]
+    out.append(
+        Target(
+            f"filter peak RSS independent of file size ({small_label} -> {big['label']})",
+            large <= RSS_GROWTH * small,
+            f"{small / MIB:.0f} MiB -> {large / MIB:.0f} MiB ({large / small:.2f}x)",
+        )
+    )
+    return out
+
+
+def _split(tool: dict[str, Any]) -> str:
+    """Whose peak it was: the filter process itself or a child (git cat-file)."""
+    own, kids = _rss(tool, "process"), _rss(tool, "children")
+    return f"filter process itself {own / MIB:.0f} MiB, its children {kids / MIB:.0f} MiB"
+
+
+def _rss_rows(tools: dict[str, dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """Peak RSS per kind of step, then the filter process's own and its children's peaks."""
+    rows = []
+    for kind in ("add", "checkout"):
+        peaks = [t["filter_peak_rss_kib"].get(kind) for t in tools.values()]
+        rows.append(
+            (
+                f"filter peak RSS, {kind} (MiB)",
+                [_cell(p["peak"] / 1024 if p else None, ".0f") for p in peaks],
+            )
+        )
+        rows.append(
+            (
+                "  filter process / children (MiB)",
+                [
+                    f"{p['process'] / 1024:.0f} / {p['children'] / 1024:.0f}" if p else "-"
+                    for p in peaks
+                ],
+            )
+        )
+    return rows
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _table(title: str, columns: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    width = max(len(name) for name, _ in rows)
+    cols = [max(len(c), *(len(r[1][i]) for r in rows)) for i, c in enumerate(columns)]
+    lines = [f"## {title}", ""]
+    lines.append(
+        " | ".join([" " * width, *(c.rjust(w) for c, w in zip(columns, cols, strict=True))])
+    )
+    lines.append("-|-".join(["-" * width, *("-" * w for w in cols)]))
+    for name, cells in rows:
+        lines.append(
+            " | ".join([name.ljust(width), *(c.rjust(w) for c, w in zip(cells, cols, strict=True))])
+        )
+    return "\n".join(lines)
+
+
+def _file_table(label: str, data: dict[str, Any]) -> str:
+    tools = list(data["tools"])
+    size = data["bytes"]
+
+    def row(name: str, fn) -> tuple[str, list[str]]:
+        return name, [fn(data["tools"][t]) for t in tools]
+
+    def seconds(step: str, what: str = "times_s"):
+        return lambda d: _cell(_t(d, step, what), ".2f")
+
+    def throughput(step: str):
+        return lambda d: _cell(size / 1e6 / t if (t := _t(d, step)) else None, ".0f")
+
+    def stored(d: dict[str, Any]) -> str:
+        return f"{d['stored_bytes'] / MIB:.1f}" if "stored_bytes" in d else "-"
+
+    def ratio(d: dict[str, Any]) -> str:
+        return f"{size / d['stored_bytes']:.3f}" if "stored_bytes" in d else "-"
+
+    def per_change(d: dict[str, Any]) -> str:
+        value = d.get("stored_bytes_per_changed_version")
+        return "-" if value is None else f"{value / MIB:.2f}"
+
+    rows = [
+        row("first add (s)", seconds("first_add")),
+        row("re-add unchanged, after touch (s)", seconds("readd_unchanged")),
+        row("re-add, one tensor changed (s)", seconds("readd_changed")),
+        row("checkout, file deleted (s)", seconds("checkout")),
+        row("checkout throughput (MB/s)", throughput("checkout")),
+        row("switch to previous commit and back (s)", seconds("checkout_commit")),
+        row("filter CPU, first add (s)", seconds("first_add", "filter_cpu_s")),
+        row("filter CPU, re-add unchanged (s)", seconds("readd_unchanged", "filter_cpu_s")),
+        row("filter CPU, checkout (s)", seconds("checkout", "filter_cpu_s")),
+        row("stored, first version (MiB)", stored),
+        row("raw / stored", ratio),
+        row("stored per changed version (MiB)", per_change),
+        *_rss_rows(data["tools"]),
+    ]
+    title = f"{label}: {size:,} bytes, {data['tensors']} tensors"
+    return _table(title, tools, rows)
+
+
+def render(results: dict[str, Any], checks: list[Target]) -> str:
+    """The human-readable report: machine, one table per section, then the targets."""
+    m = results["machine"]
+    s = results["settings"]
+    parts = [
+        f"# git-mgit benchmark, {results['date']}",
+        "",
+        f"machine: {m['nproc']} cores, {m['cpu']}, {m['memory']}, Linux {m['kernel']}",
+        f"versions: git {m['git']}, {m['git-lfs']}, python {m['python']}, "
+        f"git-mgit {m['git-mgit commit']}",
+        f"settings: {'quick' if s['quick'] else 'full'} run, median of {s['repeat']}, "
+        f"git-mgit chunk size {s['chunk_size'] // MIB} MiB",
+        "",
+    ]
+    for label, data in results["files"].items():
+        parts += [_file_table(label, data), ""]
+
+    big = results["rss_check"]
+    tools = list(big["tools"])
+    size = big["bytes"]
+    rows = [
+        (
+            "add (s)",
+            [_cell(_t(big["tools"][t], "first_add"), ".2f") for t in tools],
+        ),
+        (
+            "checkout, file deleted (s)",
+            [_cell(_t(big["tools"][t], "checkout"), ".2f") for t in tools],
+        ),
+        (
+            "filter CPU, add (s)",
+            [_cell(_t(big["tools"][t], "first_add", "filter_cpu_s"), ".2f") for t in tools],
+        ),
+        (
+            "filter CPU, checkout (s)",
+            [_cell(_t(big["tools"][t], "checkout", "filter_cpu_s"), ".2f") for t in tools],
+        ),
+        *_rss_rows(big["tools"]),
+    ]
+    parts += [_table(f"{big['label']}: {size:,} bytes, {big['tensors']} tensors", tools, rows), ""]
+
+    series = results["series"]
+    tools = list(series["tools"])
+    each = series["bytes_each"]
+    n = series["checkpoints"]
+    raw = n * each
+
+    def adds(t: str) -> list[float]:
+        return series["tools"][t]["times_s"]["add"]
+
+    rows = [
+        ("stored (MiB)", [f"{series['tools'][t]['stored_bytes'] / MIB:.1f}" for t in tools]),
+        ("raw / stored", [f"{raw / series['tools'][t]['stored_bytes']:.3f}" for t in tools]),
+        (
+            "git-lfs stored / stored",
+            [
+                f"{series['tools'][LFS]['stored_bytes'] / series['tools'][t]['stored_bytes']:.2f}"
+                for t in tools
+            ],
+        ),
+        ("add, first checkpoint (s)", [f"{adds(t)[0]:.2f}" for t in tools]),
+        ("add, later checkpoints, median (s)", [_cell(median(adds(t)[1:]), ".2f") for t in tools]),
+        (
+            "filter CPU per add, median (s)",
+            [_cell(_t(series["tools"][t], "add", "filter_cpu_s"), ".2f") for t in tools],
+        ),
+        (
+            "checkout, median (s)",
+            [_cell(_t(series["tools"][t], "checkout"), ".2f") for t in tools],
+        ),
+    ]
+    title = (
+        f"{n} training checkpoints: {series['params']:,} fp32 parameters, "
+        f"{each:,} bytes each, {raw / MIB:.0f} MiB raw, trained in {series['train_s']:.0f} s"
+    )
+    parts += [_table(title, tools, rows), ""]
+    parts.append(
+        "per-checkpoint add (s): "
+        + "; ".join(f"{t}: " + " ".join(f"{x:.2f}" for x in adds(t)) for t in tools)
+    )
+    parts += ["", "## Targets", ""]
+    for check in checks:
+        parts.append(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.measured}")
+    return "\n".join(parts)
+
+
+def as_json(checks: list[Target]) -> list[dict[str, Any]]:
+    return [asdict(c) for c in checks]

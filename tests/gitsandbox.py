@@ -211,6 +211,14 @@ class _GitHttpHandler(BaseHTTPRequestHandler):
         return env
 
     def _run_cgi(self) -> None:
+        self.server.started()
+        record = None
+        try:
+            record = self._serve_cgi()
+        finally:
+            self.server.finished(record)
+
+    def _serve_cgi(self) -> RequestRecord:
         parts = urlsplit(self.path)
         with tempfile.TemporaryFile() as body, tempfile.TemporaryFile() as stderr:
             body_size = self._spool_body(body)
@@ -230,18 +238,16 @@ class _GitHttpHandler(BaseHTTPRequestHandler):
             cgi_stderr = stderr.read().decode(errors="replace")
         if returncode != 0:
             log.warning("git http-backend exited %d for %s: %s", returncode, self.path, cgi_stderr)
-        self.server.record(
-            RequestRecord(
-                method=self.command,
-                path=parts.path,
-                query=parts.query,
-                content_encoding=self.headers.get("Content-Encoding"),
-                transfer_encoding=self.headers.get("Transfer-Encoding"),
-                body_size=body_size,
-                status=status,
-                cgi_returncode=returncode,
-                cgi_stderr=cgi_stderr,
-            )
+        return RequestRecord(
+            method=self.command,
+            path=parts.path,
+            query=parts.query,
+            content_encoding=self.headers.get("Content-Encoding"),
+            transfer_encoding=self.headers.get("Transfer-Encoding"),
+            body_size=body_size,
+            status=status,
+            cgi_returncode=returncode,
+            cgi_stderr=cgi_stderr,
         )
 
     def _relay_response(self, out: io.BufferedReader) -> int:
@@ -282,6 +288,9 @@ class _GitHttpHandler(BaseHTTPRequestHandler):
         return status
 
 
+_SNAPSHOT_WAIT_S = 30
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -291,7 +300,10 @@ class _Server(ThreadingHTTPServer):
         # whatever a later fixture teardown restores.
         self.base_env = dict(os.environ)
         self._requests: list[RequestRecord] = []
-        self._lock = threading.Lock()
+        # Handlers finish recording after the client already has its answer:
+        # count them so a snapshot can wait for the stragglers.
+        self._done = threading.Condition()
+        self._in_flight = 0
         super().__init__(("127.0.0.1", 0), _GitHttpHandler)
         self.host, self.port = self.server_address[:2]
 
@@ -301,12 +313,21 @@ class _Server(ThreadingHTTPServer):
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[:2]
 
-    def record(self, request: RequestRecord) -> None:
-        with self._lock:
-            self._requests.append(request)
+    def started(self) -> None:
+        with self._done:
+            self._in_flight += 1
+
+    def finished(self, request: RequestRecord | None) -> None:
+        """A handler is done; None when it failed before it could describe the request."""
+        with self._done:
+            if request is not None:
+                self._requests.append(request)
+            self._in_flight -= 1
+            self._done.notify_all()
 
     def snapshot(self) -> list[RequestRecord]:
-        with self._lock:
+        with self._done:
+            self._done.wait_for(lambda: self._in_flight == 0, timeout=_SNAPSHOT_WAIT_S)
             return list(self._requests)
 
 

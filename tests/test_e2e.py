@@ -131,33 +131,43 @@ def test_push_pull_clone_over_smart_http(repo: Path, http_remote: Remote, tmp_pa
     push_pull_clone(repo, http_remote, tmp_path)
 
 
-def test_concurrent_pushes_from_two_clones_both_complete(
-    repo: Path, bare_remote: Remote, tmp_path: Path
-) -> None:
+def two_clones(repo: Path, remote: Remote, tmp_path: Path) -> tuple[Path, Path]:
+    """Publish a first model version to `remote` and clone it twice."""
     commit_model(repo, model_bytes(1), "v1")
-    run_git("remote", "add", "origin", bare_remote.url, cwd=repo)
+    run_git("remote", "add", "origin", remote.url, cwd=repo)
     run_git("push", "-q", "origin", "main", cwd=repo)
-    a, b = clone(bare_remote.url, tmp_path / "a"), clone(bare_remote.url, tmp_path / "b")
-    data = {a: model_bytes(10), b: model_bytes(20)}
-    for clone_dir, branch in ((a, "alice"), (b, "bob")):
-        run_git("checkout", "-q", "-b", branch, cwd=clone_dir)
-        commit_model(clone_dir, data[clone_dir], branch, name=f"{branch}.safetensors")
-    barrier = threading.Barrier(2)
+    return clone(remote.url, tmp_path / "a"), clone(remote.url, tmp_path / "b")
+
+
+def push_at_once(*pushes: tuple[Path, str]) -> None:
+    """`git push origin BRANCH` from several clones, released together; all must succeed."""
+    barrier = threading.Barrier(len(pushes))
     errors: list[BaseException] = []
 
     def push(clone_dir: Path, branch: str) -> None:
         try:
             barrier.wait()
             run_git("push", "-q", "origin", branch, cwd=clone_dir)
-        except BaseException as exc:  # surfaced below
+        except BaseException as exc:  # surfaced below, in the test's thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=push, args=args) for args in ((a, "alice"), (b, "bob"))]
+    threads = [threading.Thread(target=push, args=p) for p in pushes]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors
+    assert not errors, str(errors[0])
+
+
+def test_concurrent_pushes_from_two_clones_both_complete(
+    repo: Path, bare_remote: Remote, tmp_path: Path
+) -> None:
+    a, b = two_clones(repo, bare_remote, tmp_path)
+    data = {a: model_bytes(10), b: model_bytes(20)}
+    for clone_dir, branch in ((a, "alice"), (b, "bob")):
+        run_git("checkout", "-q", "-b", branch, cwd=clone_dir)
+        commit_model(clone_dir, data[clone_dir], branch, name=f"{branch}.safetensors")
+    push_at_once((a, "alice"), (b, "bob"))
     fresh = clone(bare_remote.url, tmp_path / "fresh")
     for branch, src in (("alice", a), ("bob", b)):
         run_git("checkout", "-q", branch, cwd=fresh)
@@ -356,31 +366,13 @@ def test_push_is_refused_when_objects_are_missing_locally(repo: Path, bare_remot
 def test_concurrent_lineage_notes_pushes_are_merged(
     repo: Path, bare_remote: Remote, tmp_path: Path
 ) -> None:
-    commit_model(repo, model_bytes(1), "v1")
-    run_git("remote", "add", "origin", bare_remote.url, cwd=repo)
-    run_git("push", "-q", "origin", "main", cwd=repo)
-    a, b = clone(bare_remote.url, tmp_path / "a"), clone(bare_remote.url, tmp_path / "b")
+    a, b = two_clones(repo, bare_remote, tmp_path)
     blob = run_git("rev-parse", "HEAD:model.safetensors", cwd=a).stdout.strip()
     for clone_dir, record in ((a, '{"name":"alice"}'), (b, '{"name":"bob"}')):
         run_git("notes", "--ref=mgit", "add", "-m", record, blob, cwd=clone_dir)
         commit_model(clone_dir, model_bytes(5), "more", name=f"{clone_dir.name}.safetensors")
         run_git("checkout", "-q", "-b", clone_dir.name, cwd=clone_dir)
-    barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
-
-    def push(clone_dir: Path) -> None:
-        try:
-            barrier.wait()
-            run_git("push", "-q", "origin", clone_dir.name, cwd=clone_dir)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=push, args=(d,)) for d in (a, b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, str(errors[0])
+    push_at_once((a, a.name), (b, b.name))
     notes = run_git("notes", "--ref=mgit", "show", blob, cwd=bare_remote.path).stdout
     assert '{"name":"alice"}' in notes and '{"name":"bob"}' in notes
 

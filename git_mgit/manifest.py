@@ -65,10 +65,6 @@ class Chunk:
     length: int
     content_hash: bytes
 
-    @property
-    def dtype(self) -> str:
-        return self.segment.dtype or "bytes"
-
 
 @dataclass
 class Manifest:

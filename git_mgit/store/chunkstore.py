@@ -1,8 +1,9 @@
 """The chunk store: content-addressed, delta-encoded chunks in git's object database.
 
 Writes go into one pack per batch and become visible (and safe from `git gc`)
-when flush() finishes the pack and creates the batch's anchor ref. Reads go
-through `git cat-file`, decode delta chains from their full base upward so
+when flush() finishes the pack and creates the batch's anchor ref. Reads come
+straight from the packs where they can (packreader) and through
+`git cat-file` otherwise; they decode delta chains from their full base upward so
 memory holds at most a base, a result and one encoded object, and verify
 every chunk's BLAKE3.
 """
@@ -15,6 +16,7 @@ from git_mgit.errors import ObjectCorrupt, ObjectMissing
 from git_mgit.gitcmd import Repo
 from git_mgit.store import anchors
 from git_mgit.store.lookup import LookupCache
+from git_mgit.store.packreader import PackReader
 from git_mgit.store.packwriter import PackWriter
 from git_mgit.store.reader import ObjectReader
 
@@ -24,6 +26,7 @@ class ChunkStore:
         self.repo = repo
         self.cache = LookupCache(repo)
         self.reader = ObjectReader(repo.worktree or repo.git_dir)
+        self.packs = PackReader(repo.objects_dir)
         self._pack: PackWriter | None = None
         self._pending: dict[bytes, tuple[bytes, int]] = {}
         self._refreshed = False
@@ -79,7 +82,11 @@ class ChunkStore:
         if content_hash in self._pending:
             self.flush()  # a delta base from this very batch: make it readable
         loc = self.locate(content_hash)
-        data = self.reader.read(loc[0]) if loc else None
+        data = None
+        if loc is not None:
+            data = self.packs.read(loc[0])
+            if data is None:
+                data = self.reader.read(loc[0])
         if data is None:
             raise ObjectMissing(f"object {hashing.to_text(content_hash)} is not in this repository")
         return data
@@ -120,4 +127,5 @@ class ChunkStore:
     def close(self) -> None:
         self.flush()
         self.reader.close()
+        self.packs.close()
         self.cache.close()

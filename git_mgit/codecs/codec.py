@@ -24,6 +24,13 @@ from git_mgit.errors import ObjectCorrupt
 
 FRAME_SIZE = 1 << 20  # per-plane zstd frame: >= 1 MiB loses nothing in ratio
 ZSTD_LEVEL = 1
+# Level 1 with a longer minimum match and tiny match tables. To an LZ matcher a
+# byte plane of weights is noise: the matches it finds are short and spurious,
+# and Huffman-coding those bytes as literals instead is both faster and
+# smaller. Exponent plane of N(0, 0.02) fp32 or bf16 weights: 340 -> 870 MB/s,
+# 2.78x -> 3.07x; delta planes (long zero runs, found as repeat matches) and
+# mantissa planes come out the same. Decoders need nothing: these are plain frames.
+ZSTD_TUNING = {"min_match": 7, "hash_log": 6, "search_log": 1, "window_log": 20}
 # A plane whose first frame shrinks less than this is stored raw without trying the rest.
 _INCOMPRESSIBLE = 0.95
 # Keep a delta only when it is at most this fraction of the standalone encoding.
@@ -40,7 +47,8 @@ _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="
 def _cctx() -> zstandard.ZstdCompressor:
     c = getattr(_local, "cctx", None)
     if c is None:
-        c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        params = zstandard.ZstdCompressionParameters.from_level(ZSTD_LEVEL, **ZSTD_TUNING)
+        c = _local.cctx = zstandard.ZstdCompressor(compression_params=params)
     return c
 
 
@@ -91,25 +99,34 @@ class Encoded:
 def _compress_planes(
     pl: np.ndarray,
 ) -> tuple[list[list[tuple[int, int]]], list[bytes | memoryview]]:
+    """Frames of every plane, compressed in parallel frame by frame.
+
+    A plane whose first frame does not shrink to _INCOMPRESSIBLE is stored
+    raw whole (mantissa planes); in the others, each frame is stored raw
+    only if zstd does not make it smaller.
+    """
     width, n = pl.shape
+    rows = [memoryview(pl[p]) for p in range(width)]
     starts = range(0, n, FRAME_SIZE)
 
-    def plane_frames(p: int) -> list[tuple[int, bytes | memoryview]]:
-        row = memoryview(pl[p])
-        out: list[tuple[int, bytes | memoryview]] = []
-        compress = True
-        for s in starts:
-            frame = row[s : s + FRAME_SIZE]
-            if compress:
-                z = _cctx().compress(frame)
-                if len(z) < len(frame) * (_INCOMPRESSIBLE if not out else 1.0):
-                    out.append((FrameMode.ZSTD, z))
-                    continue
-                compress = bool(out)  # first frame incompressible: store the rest raw too
-            out.append((FrameMode.STORED, frame))
-        return out
+    def frame(job: tuple[int, int], limit: float = 1.0) -> tuple[int, bytes | memoryview]:
+        p, s = job
+        raw = rows[p][s : s + FRAME_SIZE]
+        z = _cctx().compress(raw)
+        return (FrameMode.ZSTD, z) if len(z) < len(raw) * limit else (FrameMode.STORED, raw)
 
-    results = list(_pool.map(plane_frames, range(width))) if width > 1 else [plane_frames(0)]
+    firsts = list(_pool.map(lambda p: frame((p, 0), _INCOMPRESSIBLE), range(width)))
+    compressible = [mode == FrameMode.ZSTD for mode, _ in firsts]
+    rest = [(p, s) for p in range(width) if compressible[p] for s in starts[1:]]
+    done = dict(zip(rest, _pool.map(frame, rest), strict=True))
+    results = [
+        [firsts[p]]
+        + [
+            done[p, s] if compressible[p] else (FrameMode.STORED, rows[p][s : s + FRAME_SIZE])
+            for s in starts[1:]
+        ]
+        for p in range(width)
+    ]
     table = [[(int(m), len(b)) for m, b in res] for res in results]
     parts = [b for res in results for _, b in res]
     return table, parts

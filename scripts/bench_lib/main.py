@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import deltabits
 import models
 import phases
 import report
@@ -88,14 +89,33 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
     results["rss_check"] = rss
     src.unlink()
 
-    log(f"series: training {args.checkpoints} epochs")
     ckpt_dir = data / "checkpoints"
     ckpt_dir.mkdir()
+    log(f"series: pretraining from scratch, {args.checkpoints} epochs")
     start = time.monotonic()
-    checkpoints, losses = training.train_series(ckpt_dir, args.checkpoints)
-    train_s = time.monotonic() - start
-    series = phases.bench_series(ctx, checkpoints)
-    series.update(params=training.param_count(), train_s=train_s, losses=losses)
+    scratch_run, scratch_losses = training.train_series(ckpt_dir, args.checkpoints)
+    scratch_s = time.monotonic() - start
+    log(f"series: fine-tuning, {args.checkpoints} epochs")
+    start = time.monotonic()
+    finetune_runs, finetune_losses = training.finetune_series(ckpt_dir, args.checkpoints)
+    finetune_s = time.monotonic() - start
+    runs = [
+        ("pretraining from scratch, fp32 (AdamW lr 1e-3)", scratch_run, scratch_losses, scratch_s),
+        ("fine-tuning, fp32 (AdamW lr 5e-5)", finetune_runs["F32"], finetune_losses, finetune_s),
+        ("fine-tuning, saved as bf16", finetune_runs["BF16"], finetune_losses, finetune_s),
+    ]
+    series: dict[str, object] = {}
+    for label, checkpoints, losses, train_s in runs:
+        bits, width = deltabits.change_bits(checkpoints)
+        result = phases.bench_series(ctx, label, checkpoints)
+        result.update(
+            params=training.param_count(),
+            train_s=train_s,
+            losses=losses,
+            change_bits=bits,
+            element_bits=width,
+        )
+        series[label] = result
     results["series"] = series
 
     chunk = rss["tools"][MGIT]["chunk_size"]  # type: ignore[index]

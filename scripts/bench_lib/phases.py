@@ -221,7 +221,7 @@ def bench_rss(ctx: Context, label: str, src: Path, tools: Iterable[str]) -> dict
     return result
 
 
-def bench_series(ctx: Context, checkpoints: list[Path]) -> dict[str, object]:
+def bench_series(ctx: Context, label: str, checkpoints: list[Path]) -> dict[str, object]:
     """Commit a training run's checkpoints one by one; storage and per-checkpoint add time."""
     hashes = [models.file_hash(p) for p in checkpoints]
     tools = [MGIT, LFS, PLAIN]
@@ -232,14 +232,14 @@ def bench_series(ctx: Context, checkpoints: list[Path]) -> dict[str, object]:
     samples = {tool: Samples() for tool in tools}
     commits: dict[str, list[str]] = {tool: [] for tool in tools}
     for i, ckpt in enumerate(checkpoints):
-        log(f"series: checkpoint {i + 1}/{len(checkpoints)}")
+        log(f"series {label}: checkpoint {i + 1}/{len(checkpoints)}")
         for tool in tools:
             repo = repos[tool]
             _place(ckpt, repo)
             samples[tool].record("add", repo.timed("add", FILE), "add")
             commits[tool].append(repo.commit(f"epoch {i}"))
     for tool in tools:
-        log(f"series: {tool}: checking out every checkpoint")
+        log(f"series {label}: {tool}: checking out every checkpoint")
         repo = repos[tool]
         samples[tool].extra["stored_bytes"] = repo.stored_bytes()
         for commit, expected in zip(commits[tool], hashes, strict=True):

@@ -139,15 +139,18 @@ def targets(results: dict[str, Any]) -> list[Target]:
             )
         )
 
-    series = results["series"]["tools"]
-    gain = series[LFS]["stored_bytes"] / series[MGIT]["stored_bytes"]
-    out.append(
-        Target(
-            f"{results['series']['checkpoints']} checkpoints: stored >= 2x smaller than git-lfs",
-            gain >= 2.0,
-            f"{gain:.2f}x ({series[MGIT]['stored_bytes']:,} vs {series[LFS]['stored_bytes']:,} bytes)",
+    for label, run in results["series"].items():
+        stored = {t: run["tools"][t]["stored_bytes"] for t in (MGIT, LFS)}
+        gain = stored[LFS] / stored[MGIT]
+        out.append(
+            Target(
+                f"{run['checkpoints']} checkpoints, {label}: stored >= 2x smaller than git-lfs",
+                gain >= 2.0,
+                f"{gain:.2f}x ({stored[MGIT]:,} vs {stored[LFS]:,} bytes); "
+                f"each change holds ~{run['change_bits']:.1f} of {run['element_bits']} bits "
+                f"per parameter, so no lossless delta beats ~{_ceiling(run):.2f}x per checkpoint",
+            )
         )
-    )
 
     big = results["rss_check"]
     chunk = big["tools"][MGIT]["chunk_size"]
@@ -308,49 +311,52 @@ def render(results: dict[str, Any], checks: list[Target]) -> str:
     ]
     parts += [_table(f"{big['label']}: {size:,} bytes, {big['tensors']} tensors", tools, rows), ""]
 
-    series = results["series"]
-    tools = list(series["tools"])
-    each = series["bytes_each"]
-    n = series["checkpoints"]
-    raw = n * each
-
-    def adds(t: str) -> list[float]:
-        return series["tools"][t]["times_s"]["add"]
-
-    rows = [
-        ("stored (MiB)", [f"{series['tools'][t]['stored_bytes'] / MIB:.1f}" for t in tools]),
-        ("raw / stored", [f"{raw / series['tools'][t]['stored_bytes']:.3f}" for t in tools]),
-        (
-            "git-lfs stored / stored",
-            [
-                f"{series['tools'][LFS]['stored_bytes'] / series['tools'][t]['stored_bytes']:.2f}"
-                for t in tools
-            ],
-        ),
-        ("add, first checkpoint (s)", [f"{adds(t)[0]:.2f}" for t in tools]),
-        ("add, later checkpoints, median (s)", [_cell(median(adds(t)[1:]), ".2f") for t in tools]),
-        (
-            "filter CPU per add, median (s)",
-            [_cell(_t(series["tools"][t], "add", "filter_cpu_s"), ".2f") for t in tools],
-        ),
-        (
-            "checkout, median (s)",
-            [_cell(_t(series["tools"][t], "checkout"), ".2f") for t in tools],
-        ),
-    ]
-    title = (
-        f"{n} training checkpoints: {series['params']:,} fp32 parameters, "
-        f"{each:,} bytes each, {raw / MIB:.0f} MiB raw, trained in {series['train_s']:.0f} s"
-    )
-    parts += [_table(title, tools, rows), ""]
-    parts.append(
-        "per-checkpoint add (s): "
-        + "; ".join(f"{t}: " + " ".join(f"{x:.2f}" for x in adds(t)) for t in tools)
-    )
+    for label, run in results["series"].items():
+        parts += [_series_table(label, run), ""]
     parts += ["", "## Targets", ""]
     for check in checks:
         parts.append(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.measured}")
     return "\n".join(parts)
+
+
+def _ceiling(run: dict[str, Any]) -> float:
+    """Best raw/stored any lossless delta to the previous checkpoint can reach (deltabits)."""
+    return run["element_bits"] / run["change_bits"] if run["change_bits"] else float("inf")
+
+
+def _series_table(label: str, run: dict[str, Any]) -> str:
+    tools = list(run["tools"])
+    each, n = run["bytes_each"], run["checkpoints"]
+    raw = n * each
+
+    def adds(t: str) -> list[float]:
+        return run["tools"][t]["times_s"]["add"]
+
+    def stored(t: str) -> int:
+        return run["tools"][t]["stored_bytes"]
+
+    rows = [
+        ("stored (MiB)", [f"{stored(t) / MIB:.1f}" for t in tools]),
+        ("raw / stored", [f"{raw / stored(t):.3f}" for t in tools]),
+        ("git-lfs stored / stored", [f"{stored(LFS) / stored(t):.2f}" for t in tools]),
+        ("add, first checkpoint (s)", [f"{adds(t)[0]:.2f}" for t in tools]),
+        ("add, later checkpoints, median (s)", [_cell(median(adds(t)[1:]), ".2f") for t in tools]),
+        (
+            "filter CPU per add, median (s)",
+            [_cell(_t(run["tools"][t], "add", "filter_cpu_s"), ".2f") for t in tools],
+        ),
+        ("checkout, median (s)", [_cell(_t(run["tools"][t], "checkout"), ".2f") for t in tools]),
+    ]
+    title = (
+        f"{n} training checkpoints, {label}: {run['params']:,} parameters, "
+        f"{each:,} bytes each, {raw / MIB:.0f} MiB raw, trained in {run['train_s']:.0f} s; "
+        f"each change holds ~{run['change_bits']:.1f} of {run['element_bits']} bits per "
+        f"parameter (lossless delta ceiling ~{_ceiling(run):.2f}x)"
+    )
+    per_add = "per-checkpoint add (s): " + "; ".join(
+        f"{t}: " + " ".join(f"{x:.2f}" for x in adds(t)) for t in tools
+    )
+    return _table(title, tools, rows) + "\n\n" + per_add
 
 
 def as_json(checks: list[Target]) -> list[dict[str, Any]]:

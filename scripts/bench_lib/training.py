@@ -1,11 +1,17 @@
-"""A series of real training checkpoints: what a user commits once per epoch.
+"""Series of real training checkpoints: what a user commits once per epoch.
 
-An MLP of about 9M fp32 parameters learns a fixed-seed synthetic
-classification task (fresh inputs every step, labelled by a random two-layer
-teacher network, so the loss falls gradually instead of the data being
-memorised) with AdamW at lr 1e-3, the textbook setting; `model.state_dict()` is saved with
-safetensors after every epoch. Every weight moves every step, as in real
-training, so consecutive checkpoints differ everywhere.
+An MLP of about 9M parameters learns fixed-seed synthetic classification
+tasks (fresh inputs every step, labelled by a random two-layer teacher
+network, so the loss falls gradually instead of the data being memorised);
+`model.state_dict()` is saved with safetensors after every epoch. Two regimes,
+because how much of each weight changes between checkpoints decides what any
+lossless delta can save:
+
+- pretraining from scratch with AdamW at lr 1e-3: every weight moves by
+  about a million units in the last place per epoch;
+- fine-tuning: 60 steps of pretraining on one task, then AdamW at lr 5e-5
+  (the usual fine-tuning range) on another, saved as fp32 and, as Hugging Face
+  checkpoints usually ship, as bf16 from the same run.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from torch import nn
 
 IN, HIDDEN, CLASSES = 256, 2048, 16
 BATCH, STEPS_PER_EPOCH = 256, 12
+PRETRAIN_STEPS, FINETUNE_LR = 60, 5e-5
 
 
 def _model() -> nn.Module:
@@ -35,31 +42,75 @@ def _model() -> nn.Module:
     )
 
 
-def train_series(out_dir: Path, epochs: int, seed: int = 0) -> tuple[list[Path], list[float]]:
-    """Train for `epochs` short epochs; return one checkpoint per epoch and the losses."""
+def _teacher(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(IN, 4 * CLASSES, generator=gen), torch.randn(
+        4 * CLASSES, CLASSES, generator=gen
+    )
+
+
+def _train(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    teacher: tuple[torch.Tensor, torch.Tensor],
+    gen: torch.Generator,
+    steps: int,
+) -> float:
+    """`steps` optimizer steps on fresh batches; returns the mean loss."""
+    loss_fn = nn.CrossEntropyLoss()
+    total = 0.0
+    for _ in range(steps):
+        x = torch.randn(BATCH, IN, generator=gen)
+        y = (torch.relu(x @ teacher[0]) @ teacher[1]).argmax(dim=1)
+        loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total += loss.item()
+    return total / steps
+
+
+def _start(seed: int) -> tuple[nn.Module, torch.Generator]:
     torch.manual_seed(seed)
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
-    gen = torch.Generator().manual_seed(seed)
-    teacher_in = torch.randn(IN, 4 * CLASSES, generator=gen)
-    teacher_out = torch.randn(4 * CLASSES, CLASSES, generator=gen)
-    model = _model()
+    return _model(), torch.Generator().manual_seed(seed)
+
+
+def train_series(out_dir: Path, epochs: int, seed: int = 0) -> tuple[list[Path], list[float]]:
+    """Pretrain from scratch for `epochs` short epochs; one fp32 checkpoint per epoch and the losses."""
+    model, gen = _start(seed)
+    teacher = _teacher(gen)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
     paths, losses = [], []
     for epoch in range(epochs):
-        total = 0.0
-        for _ in range(STEPS_PER_EPOCH):
-            x = torch.randn(BATCH, IN, generator=gen)
-            y = (torch.relu(x @ teacher_in) @ teacher_out).argmax(dim=1)
-            loss = loss_fn(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += loss.item()
+        losses.append(_train(model, opt, teacher, gen, STEPS_PER_EPOCH))
         path = out_dir / f"epoch{epoch:02d}.safetensors"
         save_file(model.state_dict(), str(path))
         paths.append(path)
-        losses.append(total / STEPS_PER_EPOCH)
+    return paths, losses
+
+
+def finetune_series(
+    out_dir: Path, epochs: int, seed: int = 0
+) -> tuple[dict[str, list[Path]], list[float]]:
+    """Fine-tune a briefly pretrained model; per epoch an fp32 and a bf16 checkpoint, and the losses."""
+    model, gen = _start(seed)
+    _train(
+        model, torch.optim.AdamW(model.parameters(), lr=1e-3), _teacher(gen), gen, PRETRAIN_STEPS
+    )
+    teacher = _teacher(gen)
+    opt = torch.optim.AdamW(model.parameters(), lr=FINETUNE_LR)
+    paths: dict[str, list[Path]] = {"F32": [], "BF16": []}
+    losses = []
+    for epoch in range(epochs):
+        losses.append(_train(model, opt, teacher, gen, STEPS_PER_EPOCH))
+        state = model.state_dict()
+        for dtype, tensors in (
+            ("F32", state),
+            ("BF16", {k: v.to(torch.bfloat16) for k, v in state.items()}),
+        ):
+            path = out_dir / f"finetune-{dtype.lower()}-{epoch:02d}.safetensors"
+            save_file(tensors, str(path))
+            paths[dtype].append(path)
     return paths, losses
 
 

@@ -171,9 +171,18 @@ def previous_manifest(store: ChunkStore, path: str) -> mf.Manifest | None:
 
 
 def clean(
-    src: BinaryIO, path: str, store: ChunkStore, settings: Settings, warn: Warn = _stderr
+    src: BinaryIO,
+    path: str,
+    store: ChunkStore,
+    settings: Settings,
+    warn: Warn = _stderr,
+    base: mf.Manifest | None = None,
 ) -> bytes:
-    """Consume the whole stream; return the canonical manifest bytes."""
+    """Consume the whole stream; return the canonical manifest bytes.
+
+    Delta bases come from the previous version of `path`, else from `base`
+    (a declared lineage parent).
+    """
     source = _Source(src)
     prefix = source.read(8)
     header = None
@@ -187,9 +196,8 @@ def clean(
         if head:
             warn(f"{path}: not a valid safetensors file ({exc}); storing it as opaque bytes")
     progress = Progress(f"git-mgit: storing {path}", header.file_size if header else None)
-    builder = _Builder(
-        store, settings, previous_manifest(store, path) if header and path else None, progress
-    )
+    previous = (previous_manifest(store, path) if path else None) or base
+    builder = _Builder(store, settings, previous if header else None, progress)
     try:
         if header is None:
             if head:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import deltabits
+import lineage_graph
 import models
 import phases
 import report
@@ -44,6 +45,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--chunk-size",
         help="git config mgit.chunkSize for the bench repositories (default: git-mgit's, 64 MiB)",
+    )
+    p.add_argument(
+        "--lineage-only",
+        action="store_true",
+        help="only the lineage graph section (10,000 versions; about a minute)",
     )
     p.add_argument("--keep", action="store_true", help="keep the scratch folder, for debugging")
     p.add_argument(
@@ -117,6 +123,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
         )
         series[label] = result
     results["series"] = series
+    results["lineage"] = lineage_graph.bench(scratch, ctx.env)
 
     chunk = rss["tools"][MGIT]["chunk_size"]  # type: ignore[index]
     results["settings"] = {
@@ -135,6 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="mgit-bench-", dir="/tmp"))
     log(f"scratch folder {scratch}")
     try:
+        if args.lineage_only:
+            data = lineage_graph.bench(scratch, isolated_env(scratch))
+            checks = report.lineage_targets(data)
+            print(report.lineage_table(data))
+            for check in checks:
+                print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.measured}")
+            return 0
         results = run(args, scratch)
     finally:
         if args.keep:

@@ -1,0 +1,51 @@
+"""What a model version holds: its manifests, and what they cost in storage.
+
+A file model's version is one manifest blob; a folder model's version is a
+tree whose `*.safetensors` entries are manifests (the shards) beside plain
+files (config, index). Everything here reads manifests only: no tensor data.
+"""
+
+from __future__ import annotations
+
+from git_mgit import manifest as mf
+from git_mgit.errors import MgitError
+from git_mgit.gitcmd import Repo
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.reader import ObjectReader
+
+
+def manifests(repo: Repo, reader: ObjectReader, oid: str, kind: str) -> dict[str, mf.Manifest]:
+    """Relative path ("" for a file model) -> manifest, in path order."""
+    if kind == "file":
+        return {"": _manifest(reader, oid)}
+    out = {}
+    for entry in repo.git_bytes("ls-tree", "-r", "-z", oid).split(b"\0"):
+        if not entry:
+            continue
+        meta, _, path = entry.decode("utf-8", "surrogateescape").partition("\t")
+        _, kind_, blob = meta.split()
+        if kind_ == "blob" and path.endswith(".safetensors"):
+            out[path] = _manifest(reader, blob)
+    return dict(sorted(out.items()))
+
+
+def _manifest(reader: ObjectReader, oid: str) -> mf.Manifest:
+    data = reader.read(oid)
+    if data is None:
+        raise MgitError(f"object {oid[:10]} is missing; run `git fetch` (or `git mgit fetch`)")
+    if not mf.looks_like_manifest(data):
+        raise MgitError(
+            f"object {oid[:10]} is not a git-mgit manifest (committed before tracking?)"
+        )
+    return mf.parse(bytes(data))
+
+
+def stored_size(store: ChunkStore, ms: dict[str, mf.Manifest]) -> tuple[int, int]:
+    """(raw bytes, bytes its own objects take in git) over the manifests; shared chunks count once."""
+    hashes = {c.content_hash for m in ms.values() for c in m.chunks()}
+    stored = 0
+    for h in hashes:
+        where = store.locate(h)
+        if where is not None:
+            stored += where[1]
+    return sum(m.size for m in ms.values()), stored

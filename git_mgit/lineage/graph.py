@@ -1,0 +1,189 @@
+"""The lineage graph in memory: versions, provenance edges and version edges.
+
+Built from three sources, each authoritative for one thing: git history
+(which versions exist, where and when they were committed, implicit version
+edges between consecutive versions of a path), the notes (names, explicit
+provenance and version edges, removals), and `mgit.toml` (model folders and
+types). Loading reads each once; every query after that is in memory.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from git_mgit.gitcmd import Repo
+from git_mgit.lineage import history, notes, records
+
+PROVENANCE, VERSION = "provenance", "version"
+EDGE_KINDS = (PROVENANCE, VERSION)
+
+
+@dataclass
+class Node:
+    """One model version: the manifest blob (file) or tree (folder) it is stored as."""
+
+    id: str
+    path: str | None = None
+    kind: str = "file"  # "file" | "folder"
+    name: str | None = None
+    type: str | None = None
+    commit: str | None = None  # the commit that first held it
+    time: int | None = None  # that commit's time (seconds)
+
+    @property
+    def short(self) -> str:
+        return self.id[:10]
+
+    @property
+    def label(self) -> str:
+        """The name if it has one, else path@short id."""
+        return self.name or f"{self.path or '?'}@{self.id[:7]}"
+
+
+@dataclass(frozen=True)
+class Edge:
+    parent: str
+    child: str
+    kind: str  # PROVENANCE | VERSION
+    implicit: bool = False  # a version edge read from history, not from a note
+    attrs: tuple[tuple[str, str], ...] = ()  # function, code commit, ...
+
+    @property
+    def info(self) -> dict[str, str]:
+        return dict(self.attrs)
+
+
+@dataclass
+class Graph:
+    nodes: dict[str, Node] = field(default_factory=dict)
+    removed: set[str] = field(default_factory=set)  # tombstoned versions (hidden)
+    _up: dict[str, list[Edge]] = field(default_factory=lambda: defaultdict(list))
+    _down: dict[str, list[Edge]] = field(default_factory=lambda: defaultdict(list))
+    notes_tip: str | None = None
+
+    # -- building -------------------------------------------------------------
+
+    def _node(self, oid: str) -> Node:
+        node = self.nodes.get(oid)
+        if node is None:
+            node = self.nodes[oid] = Node(oid)
+        return node
+
+    def _link(self, edge: Edge) -> None:
+        if any(e.parent == edge.parent and e.kind == edge.kind for e in self._up[edge.child]):
+            return
+        self._up[edge.child].append(edge)
+        self._down[edge.parent].append(edge)
+
+    # -- queries --------------------------------------------------------------
+
+    def __contains__(self, oid: str) -> bool:
+        return oid in self.nodes
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def in_edges(self, oid: str, kinds: Iterable[str] = EDGE_KINDS) -> list[Edge]:
+        kinds = tuple(kinds)
+        return [e for e in self._up.get(oid, ()) if e.kind in kinds]
+
+    def out_edges(self, oid: str, kinds: Iterable[str] = EDGE_KINDS) -> list[Edge]:
+        kinds = tuple(kinds)
+        return [e for e in self._down.get(oid, ()) if e.kind in kinds]
+
+    def parents(self, oid: str, kinds: Iterable[str] = (PROVENANCE,)) -> list[str]:
+        return [e.parent for e in self.in_edges(oid, kinds)]
+
+    def children(self, oid: str, kinds: Iterable[str] = (PROVENANCE,)) -> list[str]:
+        return [e.child for e in self.out_edges(oid, kinds)]
+
+    def edges(self) -> Iterable[Edge]:
+        for lst in self._up.values():
+            yield from lst
+
+    def named(self, name: str) -> list[str]:
+        return [n.id for n in self.nodes.values() if n.name == name]
+
+    def roots(self) -> list[str]:
+        """Versions with no provenance parent and no previous version, oldest first."""
+        found = [oid for oid in self.nodes if not self._up.get(oid)]
+        return sorted(found, key=self.order_key)
+
+    def order_key(self, oid: str) -> tuple:
+        node = self.nodes[oid]
+        return (node.time is None, node.time or 0, node.path or "", oid)
+
+    def next_versions(self, oid: str) -> list[str]:
+        return sorted(self.children(oid, (VERSION,)), key=self.order_key)
+
+    def ancestors(self, oid: str, kinds: Iterable[str] = (PROVENANCE,)) -> set[str]:
+        seen: set[str] = set()
+        stack = [oid]
+        while stack:
+            for parent in self.parents(stack.pop(), kinds):
+                if parent not in seen:
+                    seen.add(parent)
+                    stack.append(parent)
+        return seen
+
+
+def build(
+    hist: history.History,
+    note_texts: dict[str, str],
+    types: dict[str, str] | None = None,
+) -> Graph:
+    """Combine history, note records and declared types (path -> type) into a Graph."""
+    g = Graph()
+    for oid, seen in hist.versions.items():
+        node = g._node(oid)
+        node.path, node.kind, node.commit, node.time = seen.path, seen.kind, seen.commit, seen.time
+    winners = {oid: records.current(text.splitlines()) for oid, text in note_texts.items()}
+    for oid, recs in winners.items():
+        rec = recs.get(("node", ""))
+        if rec is None:
+            continue
+        if rec.removed:
+            g.removed.add(oid)
+            continue
+        node = g._node(oid)
+        node.name = rec.fields.get("name") or node.name
+        node.type = rec.fields.get("type") or node.type
+        node.path = node.path or rec.fields.get("path")
+        node.kind = rec.fields.get("model_kind", node.kind)
+    for old, new, _path, commit in hist.edges:
+        g._link(Edge(old, new, VERSION, implicit=True, attrs=(("commit", commit),)))
+    for oid, recs in winners.items():
+        for (kind, other), rec in recs.items():
+            if kind == "node" or rec.removed:
+                continue
+            if kind == PROVENANCE:
+                attrs = tuple(sorted((k, str(v)) for k, v in rec.fields.items() if k != "parent"))
+                g._link(Edge(other, oid, PROVENANCE, attrs=attrs))
+                g._node(other).path = g._node(other).path or rec.fields.get("parent_path")
+            else:
+                g._link(Edge(other, oid, VERSION))
+            g._node(oid)
+    for oid in g.removed:
+        _drop(g, oid)
+    for node in g.nodes.values():
+        if node.type is None and types and node.path in types:
+            node.type = types[node.path]
+    return g
+
+
+def _drop(g: Graph, oid: str) -> None:
+    g.nodes.pop(oid, None)
+    for edge in g._up.pop(oid, []):
+        g._down[edge.parent].remove(edge)
+    for edge in g._down.pop(oid, []):
+        g._up[edge.child].remove(edge)
+
+
+def load(repo: Repo, folders: Iterable[str] = (), types: dict[str, str] | None = None) -> Graph:
+    """Read history and notes (three git calls) and build the graph."""
+    snapshot = notes.load(repo)
+    g = build(history.read(repo, folders), snapshot.texts, types)
+    g.notes_tip = snapshot.tip
+    return g

@@ -1,0 +1,226 @@
+"""Save a state dict as a tracked model file and commit it with its lineage, in one pass.
+
+Training code calls `commit_model(state_dict, "models/ft.safetensors",
+parents=["base"], function="train:finetune")`. The safetensors bytes are
+produced once, from the tensors in memory: every byte goes to the file and
+to the clean pipeline (hash, delta-encode, store) in the same pass, so the
+file is never re-read, and the index entry is written with the file's stat
+so `git status` is clean at once. The commit is made from a private index
+(HEAD's tree plus this one file), so nothing else the user has staged is
+swept into it; lineage records land on the new version's manifest.
+
+Tensors are numpy arrays or torch tensors; torch is used only if the caller
+already imported it (the core never imports torch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from dulwich.index import Index, IndexEntry
+
+from git_mgit import config
+from git_mgit.clean import clean
+from git_mgit.errors import MgitError
+from git_mgit.gitcmd import Repo
+from git_mgit.lineage import contents, records
+from git_mgit.lineage.api import Lineage
+from git_mgit.store.chunkstore import ChunkStore
+
+_NUMPY = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint64": "U64",
+    "uint32": "U32",
+    "uint16": "U16",
+    "uint8": "U8",
+    "bool": "BOOL",
+}
+_TORCH = {
+    "torch.float64": "F64",
+    "torch.float32": "F32",
+    "torch.float16": "F16",
+    "torch.bfloat16": "BF16",
+    "torch.float8_e4m3fn": "F8_E4M3",
+    "torch.float8_e5m2": "F8_E5M2",
+    "torch.int64": "I64",
+    "torch.int32": "I32",
+    "torch.int16": "I16",
+    "torch.int8": "I8",
+    "torch.uint8": "U8",
+    "torch.bool": "BOOL",
+}
+
+
+@dataclass(frozen=True)
+class Saved:
+    path: str
+    version: str  # the manifest blob id: the model version
+    commit: str
+
+
+def _as_bytes(name: str, value: object) -> tuple[str, list[int], memoryview]:
+    """(safetensors dtype, shape, contiguous little-endian bytes) without copying when possible."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        t = value.detach().to("cpu").contiguous()
+        dtype = _TORCH.get(str(t.dtype))
+        if dtype is None:
+            raise MgitError(f"tensor {name!r}: dtype {t.dtype} has no safetensors equivalent")
+        shape = list(t.shape)
+        flat = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+        return dtype, shape, memoryview(flat.numpy())
+    arr = np.asarray(value)
+    dtype = _NUMPY.get(arr.dtype.name)
+    if dtype is None:
+        raise MgitError(f"tensor {name!r}: numpy dtype {arr.dtype} has no safetensors equivalent")
+    arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    return dtype, list(arr.shape), memoryview(arr.reshape(-1).view(np.uint8))
+
+
+def serialize_header(
+    tensors: Sequence[tuple[str, str, list[int], memoryview]], metadata: Mapping[str, str] | None
+) -> bytes:
+    """The 8-byte length and JSON header, padded with spaces to 8 bytes as safetensors writers do."""
+    body: dict[str, object] = {}
+    if metadata:
+        body["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    offset = 0
+    for name, dtype, shape, data in tensors:
+        body[name] = {
+            "dtype": dtype,
+            "shape": shape,
+            "data_offsets": [offset, offset + data.nbytes],
+        }
+        offset += data.nbytes
+    text = json.dumps(body, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text
+
+
+class _TeeStream:
+    """A readable stream over header + tensors that writes every byte it serves to `sink`."""
+
+    def __init__(self, pieces: Iterable[memoryview], sink) -> None:
+        self._pieces = iter(pieces)
+        self._current = memoryview(b"")
+        self._sink = sink
+
+    def readinto(self, view: memoryview) -> int:
+        while not self._current:
+            nxt = next(self._pieces, None)
+            if nxt is None:
+                return 0
+            self._current = nxt
+        n = min(len(view), len(self._current))
+        view[:n] = self._current[:n]
+        self._sink.write(self._current[:n])
+        self._current = self._current[n:]
+        return n
+
+
+def _stage(repo: Repo, rel: str, blob: str, file: Path) -> None:
+    """Index entry for `rel` -> `blob` with the file's stat, so git sees it clean without reading it."""
+    st = file.stat()
+    index = Index(repo.git_dir / "index")
+    index[rel.encode()] = IndexEntry(
+        ctime=(int(st.st_ctime), st.st_ctime_ns % 1_000_000_000),
+        mtime=(int(st.st_mtime), st.st_mtime_ns % 1_000_000_000),
+        dev=st.st_dev & 0xFFFFFFFF,
+        ino=st.st_ino & 0xFFFFFFFF,
+        mode=0o100644,
+        uid=st.st_uid & 0xFFFFFFFF,
+        gid=st.st_gid & 0xFFFFFFFF,
+        size=st.st_size & 0xFFFFFFFF,
+        sha=blob.encode(),
+    )
+    index.write()
+
+
+def _commit(repo: Repo, rel: str, blob: str, message: str) -> str:
+    """Commit HEAD's tree with `rel` replaced, through a private index; returns the commit."""
+    head = repo.git("rev-parse", "--verify", "--quiet", "HEAD", check=False) or None
+    with tempfile.TemporaryDirectory(dir=repo.mgit_dir) as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        if head:
+            repo.git("read-tree", head, env=env)
+        repo.git("update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}", env=env)
+        tree = repo.git("write-tree", env=env)
+    commit = repo.git("commit-tree", tree, *(["-p", head] if head else []), "-m", message)
+    repo.git("update-ref", "-m", f"commit (git-mgit): {message}", "HEAD", commit, head or "0" * 40)
+    return commit
+
+
+def commit_model(
+    state_dict: Mapping[str, object],
+    path: str | os.PathLike[str],
+    message: str | None = None,
+    parents: Sequence[str] = (),
+    function: str | None = None,
+    name: str | None = None,
+    type: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    lineage: Lineage | None = None,
+) -> Saved:
+    """Write `state_dict` to `path` (tracked by git-mgit), commit it, record its lineage.
+
+    `parents` are versions it was derived from (anything `git mgit lineage`
+    accepts); the first one is also the delta base when `path` is new.
+    """
+    lin = lineage or Lineage()
+    repo = lin.repo
+    if repo.worktree is None:
+        raise MgitError("commit_model needs a working tree (this repository is bare)")
+    file = Path(path).absolute()
+    rel = file.relative_to(repo.worktree).as_posix()
+    attr = repo.git("check-attr", "filter", "--", rel)
+    if not attr.endswith(": mgit"):
+        raise MgitError(f"{rel} is not tracked by git-mgit; run `git mgit track '*.safetensors'`")
+    parent_versions = [lin.resolve(p) for p in parents]
+    if name is not None and lin.graph.named(name):
+        raise MgitError(f"the name {name!r} is taken; pick another or remove that node first")
+    tensors = [(n, *_as_bytes(n, v)) for n, v in sorted(state_dict.items())]
+    header = serialize_header(tensors, metadata)
+    store = ChunkStore(repo)
+    try:
+        base = None
+        if parent_versions and parent_versions[0].kind == "file":
+            base = contents.manifests(repo, store.reader, parent_versions[0].id, "file")[""]
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".mgit-", dir=file.parent)
+        try:
+            with os.fdopen(fd, "wb") as sink:
+                pieces = [memoryview(header), *(data for *_, data in tensors)]
+                text = clean(_TeeStream(pieces, sink), rel, store, config.load(repo), base=base)
+            os.replace(tmp, file)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    finally:
+        store.close()
+    blob = repo.git("hash-object", "-w", "--stdin", input=text)
+    _stage(repo, rel, blob, file)
+    commit = _commit(repo, rel, blob, message or f"Save {rel}")
+    recs = {blob: [records.make("node", name=name, path=rel, type=type, model_kind="file")]}
+    code = repo.git("rev-parse", "--verify", "--quiet", f"{commit}^", check=False) or None
+    for p in parent_versions:
+        recs[blob].append(
+            records.make(
+                "provenance", parent=p.id, parent_path=p.path, function=function, code=code
+            )
+        )
+    lin._write(recs, f"save {rel}")
+    lin.reload()
+    return Saved(rel, blob, commit)

@@ -19,7 +19,7 @@ from typing import BinaryIO
 from git_mgit import codecs, hashing
 from git_mgit import manifest as mf
 from git_mgit.config import Settings
-from git_mgit.errors import NotSafetensors
+from git_mgit.errors import MgitError, NotSafetensors
 from git_mgit.progress import Progress
 from git_mgit.safetensors_format import TensorInfo, header_length, parse_header
 from git_mgit.store.chunkstore import ChunkStore
@@ -170,6 +170,28 @@ def previous_manifest(store: ChunkStore, path: str) -> mf.Manifest | None:
     return None
 
 
+def declared_parent_manifest(store: ChunkStore, path: str) -> mf.Manifest | None:
+    """The manifest of the first parent that mgit.toml declares for the model at `path`.
+
+    mgit.toml is read as data (never executed), and only for a path with no
+    previous version, so a new fine-tune is stored as a delta from its base.
+    """
+    worktree = store.repo.worktree
+    if worktree is None or not (worktree / "mgit.toml").is_file():
+        return None
+    from git_mgit import repoconfig  # only here: most cleans never need it
+
+    try:
+        cfg = repoconfig.load(worktree)
+    except MgitError:
+        return None
+    decl = cfg.model_at(path)
+    parent = cfg.models.get(decl.parents[0]) if decl and decl.parents else None
+    if parent is None or parent.path.endswith("/"):
+        return None
+    return previous_manifest(store, parent.path)
+
+
 def clean(
     src: BinaryIO,
     path: str,
@@ -181,7 +203,7 @@ def clean(
     """Consume the whole stream; return the canonical manifest bytes.
 
     Delta bases come from the previous version of `path`, else from `base`
-    (a declared lineage parent).
+    (a lineage parent the caller knows), else from the parent mgit.toml declares.
     """
     source = _Source(src)
     prefix = source.read(8)
@@ -196,8 +218,10 @@ def clean(
         if head:
             warn(f"{path}: not a valid safetensors file ({exc}); storing it as opaque bytes")
     progress = Progress(f"git-mgit: storing {path}", header.file_size if header else None)
-    previous = (previous_manifest(store, path) if path else None) or base
-    builder = _Builder(store, settings, previous if header else None, progress)
+    previous = None
+    if header is not None and path:
+        previous = previous_manifest(store, path) or base or declared_parent_manifest(store, path)
+    builder = _Builder(store, settings, previous, progress)
     try:
         if header is None:
             if head:

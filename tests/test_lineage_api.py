@@ -325,3 +325,21 @@ def test_commit_model_refuses_untracked_paths(tmp_path: Path, monkeypatch) -> No
     monkeypatch.chdir(root)
     with pytest.raises(Exception, match="not tracked by git-mgit"):
         commit_model({"w": np.zeros(3, np.float32)}, "model.bin")
+
+
+def test_declared_parent_is_the_delta_base_of_a_new_path(tmp_path: Path, monkeypatch) -> None:
+    root = init_mgit_repo(tmp_path / "work")
+    monkeypatch.chdir(root)
+    base = model_bytes(1)
+    (root / "mgit.toml").write_text(
+        '[models.base]\npath = "base.safetensors"\n\n'
+        '[models.ft]\npath = "ft.safetensors"\nparents = ["base"]\n'
+    )
+    commit_files(
+        root, {"base.safetensors": base, "mgit.toml": (root / "mgit.toml").read_text()}, "b"
+    )
+    commit_files(root, {"ft.safetensors": model_bytes(2, base=tensors_of(base), step=1e-4)}, "ft")
+    rows = {r["path"]: r for r in json.loads(mgit("status", "--json", cwd=root).stdout)}
+    assert rows["ft.safetensors"]["max_depth"] == 1  # stored as deltas against base
+    assert rows["base.safetensors"]["max_depth"] == 0
+    assert rows["ft.safetensors"]["stored"] < rows["base.safetensors"]["stored"]

@@ -44,7 +44,7 @@ def related(g: Graph, roots: list[str]) -> Graph:
     sub.nodes = {oid: g.nodes[oid] for oid in g.nodes if oid in keep}
     for e in g.edges():
         if e.child in keep:
-            sub._link(e)
+            sub.link(e)
     return sub
 
 

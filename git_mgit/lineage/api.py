@@ -46,7 +46,7 @@ class Lineage:
         return resolve(self.repo, self.graph, self.config, ref)
 
     def _ensure_node(self, v: Version) -> graphs.Node:
-        node = self.graph._node(v.id)
+        node = self.graph.ensure(v.id)
         node.path = node.path or v.path
         node.kind = v.kind
         return node
@@ -92,7 +92,7 @@ class Lineage:
             f"remove node {self.graph.nodes[v.id].label}" + (" and its subtree" if subtree else ""),
         )
         for oid in doomed:
-            graphs._drop(self.graph, oid)
+            self.graph.drop(oid)
             self.graph.removed.add(oid)
         return doomed
 
@@ -128,7 +128,7 @@ class Lineage:
         self._write({c.id: [rec]}, f"add provenance edge {p.id[:10]} -> {c.id[:10]}")
         attrs = tuple(sorted((k, str(v)) for k, v in rec.fields.items() if k != "parent"))
         edge = Edge(p.id, c.id, PROVENANCE, attrs=attrs)
-        self.graph._link(edge)
+        self.graph.link(edge)
         return edge
 
     def add_version_edge(self, old: str, new: str) -> Edge:
@@ -144,7 +144,7 @@ class Lineage:
             f"add version edge {p.id[:10]} -> {c.id[:10]}",
         )
         edge = Edge(p.id, c.id, VERSION)
-        self.graph._link(edge)
+        self.graph.link(edge)
         return edge
 
     def remove_edge(self, parent: str, child: str, kind: str = PROVENANCE) -> None:
@@ -165,8 +165,7 @@ class Lineage:
         )
         for e in edges:
             if not e.implicit:
-                self.graph._up[c.id].remove(e)
-                self.graph._down[p.id].remove(e)
+                self.graph.unlink(e)
 
     # -- mgit.toml --------------------------------------------------------------
 

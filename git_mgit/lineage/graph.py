@@ -63,19 +63,33 @@ class Graph:
     _down: dict[str, list[Edge]] = field(default_factory=lambda: defaultdict(list))
     notes_tip: str | None = None
 
-    # -- building -------------------------------------------------------------
+    # -- editing --------------------------------------------------------------
 
-    def _node(self, oid: str) -> Node:
+    def ensure(self, oid: str) -> Node:
+        """The node for `oid`, created bare if the graph has none yet."""
         node = self.nodes.get(oid)
         if node is None:
             node = self.nodes[oid] = Node(oid)
         return node
 
-    def _link(self, edge: Edge) -> None:
+    def link(self, edge: Edge) -> None:
+        """Add an edge (a no-op if one of that kind already joins the two)."""
         if any(e.parent == edge.parent and e.kind == edge.kind for e in self._up[edge.child]):
             return
         self._up[edge.child].append(edge)
         self._down[edge.parent].append(edge)
+
+    def unlink(self, edge: Edge) -> None:
+        self._up[edge.child].remove(edge)
+        self._down[edge.parent].remove(edge)
+
+    def drop(self, oid: str) -> None:
+        """Remove a version and every edge touching it."""
+        self.nodes.pop(oid, None)
+        for edge in self._up.pop(oid, []):
+            self._down[edge.parent].remove(edge)
+        for edge in self._down.pop(oid, []):
+            self._up[edge.child].remove(edge)
 
     # -- queries --------------------------------------------------------------
 
@@ -137,7 +151,7 @@ def build(
     """Combine history, note records and declared types (path -> type) into a Graph."""
     g = Graph()
     for oid, seen in hist.versions.items():
-        node = g._node(oid)
+        node = g.ensure(oid)
         node.path, node.kind, node.commit, node.time = seen.path, seen.kind, seen.commit, seen.time
     winners = {oid: records.current(text.splitlines()) for oid, text in note_texts.items()}
     for oid, recs in winners.items():
@@ -147,38 +161,30 @@ def build(
         if rec.removed:
             g.removed.add(oid)
             continue
-        node = g._node(oid)
+        node = g.ensure(oid)
         node.name = rec.fields.get("name") or node.name
         node.type = rec.fields.get("type") or node.type
         node.path = node.path or rec.fields.get("path")
         node.kind = rec.fields.get("model_kind", node.kind)
     for old, new, _path, commit in hist.edges:
-        g._link(Edge(old, new, VERSION, implicit=True, attrs=(("commit", commit),)))
+        g.link(Edge(old, new, VERSION, implicit=True, attrs=(("commit", commit),)))
     for oid, recs in winners.items():
         for (kind, other), rec in recs.items():
             if kind == "node" or rec.removed:
                 continue
             if kind == PROVENANCE:
                 attrs = tuple(sorted((k, str(v)) for k, v in rec.fields.items() if k != "parent"))
-                g._link(Edge(other, oid, PROVENANCE, attrs=attrs))
-                g._node(other).path = g._node(other).path or rec.fields.get("parent_path")
+                g.link(Edge(other, oid, PROVENANCE, attrs=attrs))
+                g.ensure(other).path = g.ensure(other).path or rec.fields.get("parent_path")
             else:
-                g._link(Edge(other, oid, VERSION))
-            g._node(oid)
+                g.link(Edge(other, oid, VERSION))
+            g.ensure(oid)
     for oid in g.removed:
-        _drop(g, oid)
+        g.drop(oid)
     for node in g.nodes.values():
         if node.type is None and types and node.path in types:
             node.type = types[node.path]
     return g
-
-
-def _drop(g: Graph, oid: str) -> None:
-    g.nodes.pop(oid, None)
-    for edge in g._up.pop(oid, []):
-        g._down[edge.parent].remove(edge)
-    for edge in g._down.pop(oid, []):
-        g._up[edge.child].remove(edge)
 
 
 def load(repo: Repo, folders: Iterable[str] = (), types: dict[str, str] | None = None) -> Graph:

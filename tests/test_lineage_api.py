@@ -343,3 +343,25 @@ def test_declared_parent_is_the_delta_base_of_a_new_path(tmp_path: Path, monkeyp
     assert rows["ft.safetensors"]["max_depth"] == 1  # stored as deltas against base
     assert rows["base.safetensors"]["max_depth"] == 0
     assert rows["ft.safetensors"]["stored"] < rows["base.safetensors"]["stored"]
+
+
+def test_graph_and_log_commands(family, tmp_path: Path) -> None:
+    cwd = Path.cwd()
+    mgit("lineage", "add-node", family["base1"], "--name", "base", cwd=cwd)
+    mgit("lineage", "add-edge", "base", "ft.safetensors", "--function", "train:ft", cwd=cwd)
+    tree = mgit("graph", cwd=cwd).stdout.splitlines()
+    assert tree[0].startswith(f"base  {family['base1'][:10]}  base.safetensors  ")
+    assert any(f"derived (train:ft): ft.safetensors@{family['ft'][:7]}" in ln for ln in tree)
+    assert any(f"version: base.safetensors@{family['base2'][:7]}" in ln for ln in tree)
+    doc = json.loads(mgit("graph", "--format", "json", "--no-sizes", cwd=cwd).stdout)
+    assert {n["id"] for n in doc["nodes"]} == {family["base1"], family["ft"], family["base2"]}
+    only = json.loads(mgit("graph", "ft.safetensors", "--format", "json", cwd=cwd).stdout)
+    assert all(n["stored"] > 0 for n in only["nodes"])
+    page = tmp_path / "lineage.html"
+    proc = mgit("graph", "--format", "html", "-o", str(page), cwd=cwd)
+    assert "wrote" in proc.stderr and family["ft"] in page.read_text()
+    log = json.loads(mgit("log", "base.safetensors", "--json", cwd=cwd).stdout)
+    assert [r["id"] for r in log] == [family["base2"], family["base1"]]
+    assert log[0]["subject"] == "v2" and log[1]["subject"] == "base"
+    ft_log = mgit("log", "ft.safetensors", cwd=cwd).stdout
+    assert f"derived from base ({family['base1'][:10]}) by train:ft" in ft_log

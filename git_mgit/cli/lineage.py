@@ -46,13 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _node_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("version", help="REV:PATH, a name, a model, a path or an object id")
+    # dest "target": `args.version` is the top-level --version flag
+    p.add_argument("target", metavar="VERSION", help="REV:PATH, a name, a model, a path or an id")
     p.add_argument("--name", help="a unique name for this version")
     p.add_argument("--type", help="the model type (tests and version edges use it)")
 
 
 def _remove_node_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("version")
+    p.add_argument("target", metavar="VERSION")
     p.add_argument("--subtree", action="store_true", help="also remove every derived version")
 
 
@@ -86,7 +87,7 @@ def _deregister_args(p: argparse.ArgumentParser) -> None:
 
 
 def _next_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("version")
+    p.add_argument("target", metavar="VERSION")
 
 
 def _traverse_args(p: argparse.ArgumentParser) -> None:
@@ -133,10 +134,10 @@ def run(args: argparse.Namespace) -> int:
     lin = Lineage()
     verb = args.verb
     if verb == "add-node":
-        v = lin.add_node(args.version, args.name, args.type)
+        v = lin.add_node(args.target, args.name, args.type)
         _print(args, _describe(lin, v.id), f"{lin.graph.nodes[v.id].label} {v.id[:10]}")
     elif verb == "remove-node":
-        gone = lin.remove_node(args.version, args.subtree)
+        gone = lin.remove_node(args.target, args.subtree)
         _print(args, gone, f"removed {len(gone)} version(s) from the lineage graph")
     elif verb == "add-edge":
         e = lin.add_edge(args.parent, args.child, args.function, args.code)
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         lin.deregister_test_function(args.name)
         _print(args, {"test": args.name}, f"{lin.config.path} updated")
     elif verb == "get-next-version":
-        nxt = lin.get_next_version(args.version)
+        nxt = lin.get_next_version(args.target)
         if nxt is None:
             _print(args, None, "no next version")
             return 1

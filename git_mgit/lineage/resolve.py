@@ -5,7 +5,7 @@ Accepted, in this order:
   a version name  given with `add-node --name`
   a model name    declared in mgit.toml: its version at HEAD (else in the index)
   PATH            a model file or folder: its version at HEAD (else in the index)
-  an object id    full or abbreviated (at least 4 hex digits)
+  an object id    full or abbreviated (at least 4 hex digits), or any name git resolves
 """
 
 from __future__ import annotations
@@ -84,9 +84,9 @@ def resolve(repo: Repo, g: Graph, config: RepoConfig, ref: str) -> Version:
             raise UnknownModel(f"{ref!r} is ambiguous: {', '.join(m[:12] for m in matches)}")
         if matches:
             found = matches[0], g.nodes[matches[0]].path
-        else:
-            oid = repo.git("rev-parse", "--verify", "--quiet", ref + "^{object}", check=False)
-            found = (oid, None) if oid else None
+    if found is None:
+        oid = repo.git("rev-parse", "--verify", "--quiet", ref + "^{object}", check=False)
+        found = (oid, None) if oid else None
     if found is None:
         raise UnknownModel(
             f"unknown model {ref!r}: not a version name, a model in mgit.toml, a model path "

@@ -237,9 +237,9 @@ def test_two_clones_edit_concurrently_and_nothing_is_lost(family, tmp_path: Path
     Lineage(find_repo(root)).add_edge(family["base1"], family["ft"], function="mine:f")
     Lineage(find_repo(other)).add_node(family["base2"], name="theirs")
     Lineage(find_repo(other)).add_edge(family["ft"], family["base2"], function="theirs:g")
-    mgit("push", "origin", cwd=root)
-    mgit("push", "origin", cwd=other)  # rejected at first, merges, retries
-    mgit("fetch", "origin", cwd=root)
+    commit_files(root, {"README": "models\n"}, "readme")
+    run_git("push", "-q", "origin", "main", cwd=root)  # the pre-push hook sends the notes
+    mgit("push", "origin", cwd=other)  # rejected at first: fetches, merges, retries
     for clone in (root, other):
         mgit("fetch", "origin", cwd=clone)
         g = Lineage(find_repo(clone)).graph

@@ -6,7 +6,7 @@ gc must keep).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from git_mgit import manifest as mf
@@ -26,7 +26,9 @@ class TrackedFile:
     manifest: mf.Manifest | None  # None: stored as a plain blob (added before tracking)
 
 
-def _check_attr_filter(repo: Repo, paths: list[str]) -> set[str]:
+def mgit_filtered(repo: Repo, paths: Iterable[str]) -> set[str]:
+    """The paths whose current attributes say filter=mgit (one `git check-attr` call)."""
+    paths = list(paths)
     if not paths:
         return set()
     out = repo.git_bytes(
@@ -52,7 +54,7 @@ def tracked_files(repo: Repo, reader: ObjectReader, rev: str | None = None) -> l
             for e in listing.split(b"\0")
             if e and e.split()[1] == b"blob"
         ]
-    paths = _check_attr_filter(repo, [p for p, _ in entries])
+    paths = mgit_filtered(repo, [p for p, _ in entries])
     out = []
     for path, blob in entries:
         if path in paths:

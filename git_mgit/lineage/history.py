@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from git_mgit.gitcmd import Repo
+from git_mgit.tracked import mgit_filtered
 
 INDEX_FILE = "model.safetensors.index.json"
 _ZERO = "0" * 40
@@ -66,17 +67,6 @@ def _changes(repo: Repo, revs: Iterable[str]) -> list[tuple[str, int, list[tuple
     return commits
 
 
-def _model_files(repo: Repo, paths: set[str]) -> set[str]:
-    """The paths whose current attributes say filter=mgit."""
-    if not paths:
-        return set()
-    out = repo.git_bytes(
-        "check-attr", "-z", "--stdin", "filter", input=b"\0".join(p.encode() for p in paths) + b"\0"
-    )
-    fields = out.split(b"\0")
-    return {fields[i].decode() for i in range(0, len(fields) - 2, 3) if fields[i + 2] == b"mgit"}
-
-
 def folder_of(path: str, folders: set[str]) -> str | None:
     """The model folder holding `path`, if any (the innermost one)."""
     parts = path.split("/")
@@ -99,7 +89,7 @@ def read(
             touched.add(path)
             if path == INDEX_FILE or path.endswith("/" + INDEX_FILE):
                 folders.add(path.rpartition("/")[0])
-    files = {p for p in _model_files(repo, touched) if folder_of(p, folders) is None}
+    files = {p for p in mgit_filtered(repo, touched) if folder_of(p, folders) is None}
     history = History()
     for commit, stamp, changes in commits:  # newest first: the last sighting is the first
         for old, new, path in changes:

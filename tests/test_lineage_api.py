@@ -116,7 +116,11 @@ def test_cycles_are_refused(family) -> None:
         lin.add_version_edge(family["base2"], family["base1"])  # history has base1 -> base2
     with pytest.raises(LineageError, match="two different versions"):
         lin.add_edge(family["ft"], family["ft"])
-    lin.add_edge(family["base1"], family["ft"])  # re-adding an existing edge is a no-op
+    lin.add_edge(family["base1"], family["ft"])  # re-adding an existing edge changes nothing
+    lin.add_edge(family["base1"], family["base2"])  # a second path to a descendant is no cycle
+    g = Lineage().graph
+    assert g.parents(family["ft"]) == [family["base1"]]
+    assert sorted(g.parents(family["base2"])) == sorted([family["ft"], family["base1"]])
 
 
 def test_remove_edge_is_a_tombstone_and_can_be_undone(family) -> None:

@@ -104,11 +104,7 @@ class Lineage:
             raise LineageError(f"a {kind} edge needs two different versions ({parent!r} twice)")
         self._ensure_node(p)
         self._ensure_node(c)
-        if p.id in self.graph.ancestors(c.id, (kind,)) | {c.id} or c.id in self.graph.ancestors(
-            p.id, (kind,)
-        ):
-            if any(e.parent == p.id for e in self.graph.in_edges(c.id, (kind,))):
-                return p, c  # already there: adding it again is a no-op
+        if c.id in self.graph.ancestors(p.id, (kind,)):
             raise LineageError(
                 f"a {kind} edge {self.graph.nodes[p.id].label} -> {self.graph.nodes[c.id].label} "
                 "would make a cycle"

@@ -2,6 +2,10 @@
 
 git mgit diff HEAD~1:model.safetensors model.safetensors
 git mgit diff base finetuned --json
+
+A and B are anything `git mgit lineage` accepts: REV:PATH, a version or
+model name, a path, an id. --json writes strict JSON: an infinite number
+(rel_l2 of a tensor that was all zeros) is the string "inf".
 """
 
 from __future__ import annotations
@@ -9,18 +13,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 
 from git_mgit.errors import MgitError
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import ModelDiff, TensorChange, diff_manifests
+from git_mgit.lineage.resolve import Version
 from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("old", help="a model version: REV:PATH, a name, a path or an id")
-    parser.add_argument("new")
+    parser.add_argument("old", metavar="A", help="REV:PATH, a name, a path or an id")
+    parser.add_argument("new", metavar="B", help="the version to compare with A")
     parser.add_argument("--all", action="store_true", help="list unchanged tensors too")
     parser.add_argument("--stat", action="store_true", help="structure only: read no tensor data")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -33,7 +39,7 @@ def _shape(shape: tuple[int, ...] | None) -> str:
 def _num(x: float | None, pct: bool = False) -> str:
     if x is None:
         return "-"
-    return f"{x:.1%}" if pct else f"{x:.3g}"
+    return f"{x * 100:.3g}%" if pct else f"{x:.3g}"
 
 
 def _name(c: TensorChange) -> str:
@@ -51,9 +57,9 @@ def _type(c: TensorChange) -> str:
 
 
 def render(d: ModelDiff, show_all: bool) -> str:
-    rows = [c for c in d.changes if show_all or c.status != "unchanged"]
+    """A table of the tensors that differ (all with show_all), then the summary line."""
     header = ("tensor", "status", "dtype shape", "changed", "max |diff|", "rel L2")
-    cells = [
+    rows = [
         (
             _name(c),
             c.status,
@@ -62,21 +68,31 @@ def render(d: ModelDiff, show_all: bool) -> str:
             _num(c.max_abs),
             _num(c.rel_l2),
         )
-        for c in rows
+        for c in d.changes
+        if show_all or c.status != "unchanged"
     ]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
     lines = []
-    for r in [header, *cells] if cells else []:
-        lines.append(
-            "  ".join(
-                v.ljust(w) if i < 3 else v.rjust(w)
-                for i, (v, w) in enumerate(zip(r, widths, strict=True))
-            ).rstrip()
-        )
-    counts = d.counts()
-    order = ("changed", "added", "removed", "renamed", "matched", "unchanged")
-    lines.append(", ".join(f"{counts[k]} {k}" for k in order if counts.get(k)) or "no tensors")
+    if rows:
+        widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+        for r in (header, *rows):
+            cells = [v.ljust(w) for v, w in zip(r[:3], widths, strict=False)]
+            cells += [v.rjust(w) for v, w in zip(r[3:], widths[3:], strict=True)]
+            lines.append("  ".join(cells).rstrip())
+    lines.append(d.summary())
     return "\n".join(lines)
+
+
+def _finite(x: object) -> object:
+    return str(x) if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def as_json(old: Version, new: Version, d: ModelDiff) -> dict:
+    return {
+        "old": dataclasses.asdict(old),
+        "new": dataclasses.asdict(new),
+        "summary": d.counts(),
+        "changes": [{k: _finite(v) for k, v in dataclasses.asdict(c).items()} for c in d.changes],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,22 +103,26 @@ def run(args: argparse.Namespace) -> int:
         a = contents.manifests(lin.repo, store.reader, old.id, old.kind)
         b = contents.manifests(lin.repo, store.reader, new.id, new.kind)
         if not args.stat:
-            hashes = [c.content_hash for m in (*a.values(), *b.values()) for c in m.chunks()]
+            hashes = [
+                h
+                for m in (*a.values(), *b.values())
+                for s in m.tensors().values()
+                for h in s.hashes
+            ]
             if missing := store.missing(hashes):
                 raise MgitError(
                     f"{len(missing)} tensor object(s) of {args.old} / {args.new} are not in this "
                     "repository; run `git mgit fetch` (or use --stat, which reads none)"
                 )
-        total = sum(m.size for m in b.values())
-        progress = Progress(f"git-mgit: comparing {args.old} and {args.new}", 2 * total)
+        progress = Progress(f"git-mgit: comparing {args.old} and {args.new}")
         try:
-            d = diff_manifests(store, a, b, values=not args.stat, tick=progress.update)
+            d = diff_manifests(store, a, b, values=not args.stat, progress=progress)
         finally:
             progress.finish()
     finally:
         store.close()
     if args.json:
-        print(json.dumps([dataclasses.asdict(c) for c in d.changes], indent=2))
+        print(json.dumps(as_json(old, new, d), indent=2, allow_nan=False))
     else:
         print(render(d, args.all))
     return 0

@@ -1,4 +1,8 @@
-"""`git mgit lineage infer`: propose provenance edges from tensor similarity; --apply writes them."""
+"""Propose provenance edges from tensor similarity (MGit's divergence scores); --apply writes them.
+
+git mgit lineage infer                  # a table: version, proposed parent or root, scores
+git mgit lineage infer --apply          # record the proposed edges (function "inferred")
+"""
 
 from __future__ import annotations
 
@@ -20,24 +24,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def render(lin: Lineage, proposals: list[infer.Proposal], threshold: float) -> str:
+    nodes = lin.graph.nodes
+    rows = [
+        (
+            nodes[p.child].label,
+            nodes[p.parent].label if p.parent else "root",
+            f"{p.contextual:.3f}",
+            f"{p.structural:.3f}",
+        )
+        for p in proposals
+    ]
+    header = ("version", "proposed parent", "contextual", "structural")
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    lines = [
+        f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:>{widths[3]}}"
+        for r in (header, *rows)
+    ]
+    if any(p.parent is None for p in proposals):
+        lines.append(
+            f"root: no version committed before it is within contextual {threshold} "
+            "(trained from scratch)"
+        )
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     lin = Lineage()
     proposals = infer.propose(lin, args.threshold)
     written = infer.apply(lin, proposals) if args.apply else 0
-    if args.json:
+    if getattr(args, "json", False):
         print(json.dumps([dataclasses.asdict(p) for p in proposals], indent=2))
         return 0
     if not proposals:
         print("every version already has lineage: nothing to infer")
         return 0
-    g = lin.graph
-    width = max(len(g.nodes[p.child].label) for p in proposals)
-    print(f"{'version':<{width}}  {'proposed parent':<30} {'contextual':>10} {'structural':>10}")
-    for p in proposals:
-        parent = g.nodes[p.parent].label if p.parent else "(root: trained from scratch)"
-        print(
-            f"{g.nodes[p.child].label:<{width}}  {parent:<30} {p.contextual:>10.3f} {p.structural:>10.3f}"
-        )
+    print(render(lin, proposals, args.threshold))
     if args.apply:
         print(f"recorded {written} provenance edge(s) (function 'inferred')")
     elif any(p.parent for p in proposals):

@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import BinaryIO
 
-from git_mgit import config, setup, transport
+from git_mgit import config
 from git_mgit import manifest as mf
 from git_mgit.clean import clean
 from git_mgit.errors import MgitError
@@ -24,33 +24,31 @@ from git_mgit.store.chunkstore import ChunkStore
 
 class MgitFilter:
     def __init__(self, repo: Repo) -> None:
-        # numpy and zstd take ~0.15 s to import: do it while git streams the
-        # first file to us rather than after (the import lock makes users wait).
-        threading.Thread(
-            target=importlib.import_module, args=("git_mgit.codecs.codec",), daemon=True
-        ).start()
         self.repo = repo
+        # Off the path to git's first answer: the codecs' imports (zstd, blake3),
+        # and the set-up a fresh clone needs (refspecs, hooks), which imports
+        # the transport code and runs git config. close() waits for it.
+        self._warm_up = threading.Thread(target=self._prepare, name="mgit-warm-up")
+        self._warm_up.start()
         self.settings = config.load(repo)
         self.store = ChunkStore(repo)
         self.delayed: dict[str, mf.Manifest] = {}
         self._fetched = False
-        self._setup_done = False
 
-    def _ensure_setup(self) -> None:
-        # A fresh clone has no refspecs or hooks yet: add them on first use.
-        if not self._setup_done:
-            self._setup_done = True
-            try:
-                setup.ensure_repo(self.repo)
-            except MgitError as exc:  # a hook problem must never block add or checkout
-                print(f"git-mgit: warning: {exc}", file=sys.stderr)
+    def _prepare(self) -> None:
+        importlib.import_module("git_mgit.codecs.codec")
+        importlib.import_module("git_mgit.codecs.decoder")
+        try:
+            from git_mgit import setup
+
+            setup.ensure_repo(self.repo)
+        except MgitError as exc:  # a hook problem must never block add or checkout
+            print(f"git-mgit: warning: setting up the repository failed: {exc}", file=sys.stderr)
 
     def clean(self, pathname: str, src: BinaryIO) -> bytes:
-        self._ensure_setup()
         return clean(src, pathname, self.store, self.settings)
 
     def smudge(self, pathname: str, data: bytes, sink: ContentSink, can_delay: bool) -> None:
-        self._ensure_setup()
         m = self.delayed.pop(pathname, None) or parse_or_none(data, pathname)
         if m is None:
             sink.write(data)
@@ -76,6 +74,8 @@ class MgitFilter:
         if self._fetched:
             return
         self._fetched = True
+        from git_mgit import transport
+
         remote = transport.default_remote(self.repo)
         for name in [remote] if remote else transport.remotes(self.repo):
             try:
@@ -89,4 +89,5 @@ class MgitFilter:
         self.store.invalidate()
 
     def close(self) -> None:
+        self._warm_up.join()
         self.store.close()

@@ -10,7 +10,6 @@ is a fixed number of chunks. A no-op where the C library is not glibc.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -21,8 +20,8 @@ _LIMIT = 1 << 30
 def reuse_freed_chunks() -> bool:
     """Tune malloc for the filter's chunk-sized allocations; True if applied."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        # The process's own symbols (libc among them): find_library would fork ldconfig.
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     # One or two arenas: freed chunks are then reusable by every thread.

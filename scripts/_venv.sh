@@ -8,8 +8,12 @@ ensure_venv() {
         python3 -m venv "$root/.venv"
         "$root/.venv/bin/python" -m pip install -q --upgrade pip
     fi
-    local stamp="$root/.venv/.installed-${extras//,/-}"
-    if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
+    local stamp="$root/.venv/.installed-${extras//,/-}" stale=0 f
+    # Reinstall when the build inputs changed: metadata, or the C kernels to compile.
+    for f in pyproject.toml setup.py git_mgit/codecs/_native.c; do
+        [ -f "$stamp" ] && [ ! "$root/$f" -nt "$stamp" ] || stale=1
+    done
+    if [ "$stale" = 1 ]; then
         # torch is pinned exactly in pyproject: a range would pull CUDA wheels.
         "$root/.venv/bin/python" -m pip install -q -e "$root[$extras]"
         touch "$stamp"

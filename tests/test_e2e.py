@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from git_mgit import manifest as mf
+from git_mgit.gitcmd import find_repo
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.lookup import LookupCache
 from tests.gitsandbox import Remote, clone, run_git
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
 
@@ -230,6 +233,28 @@ def test_corrupt_object_reported_by_fsck_and_smudge(repo: Path) -> None:
     assert not (repo / "model.safetensors").exists()
 
 
+def test_corruption_found_after_output_began_still_writes_no_file(repo: Path) -> None:
+    commit_model(repo, model_bytes(1, n=3 << 14), "v1")  # a 12 MiB tensor: three blocks
+    m = stored_manifest(repo, "HEAD")
+    (chunk,) = m.tensors()["embed.weight"].hashes
+    store = ChunkStore(find_repo(repo))
+    source = store.source(chunk)
+    tail = bytes(source.read(source.size - 4096, 4096))  # the last frame: a plane stored raw
+    store.close()
+    (pack,) = (repo / ".git" / "objects" / "pack").glob("*.pack")
+    data = bytearray(pack.read_bytes())
+    # the last 16 bytes of the object that lie whole inside one stored block of the pack
+    at = next(data.find(tail[i - 16 : i]) for i in range(4096, 16, -1) if tail[i - 16 : i] in data)
+    data[at + 15] ^= 0x01  # the format cannot notice; only the BLAKE3 can
+    pack.chmod(0o644)
+    pack.write_bytes(bytes(data))
+    (repo / "model.safetensors").unlink()
+    co = run_git("checkout", "--", "model.safetensors", cwd=repo, check=False)
+    assert co.returncode != 0
+    assert "model.safetensors" in co.stderr and "does not decode" in co.stderr
+    assert not (repo / "model.safetensors").exists()
+
+
 def test_missing_object_without_remote_is_a_clear_error(
     repo: Path, bare_remote: Remote, tmp_path: Path
 ) -> None:
@@ -329,9 +354,6 @@ def test_git_diff_shows_tensor_listing(repo: Path) -> None:
 
 
 def test_push_sends_only_objects_the_pushed_commits_need(repo: Path, bare_remote: Remote) -> None:
-    from git_mgit.gitcmd import find_repo
-    from git_mgit.store.lookup import LookupCache
-
     experiment = model_bytes(77, n=2048)
     (repo / "model.safetensors").write_bytes(experiment)
     run_git("add", "model.safetensors", cwd=repo)  # stored locally, never committed

@@ -198,8 +198,8 @@ def test_identical_chunks_are_not_read_and_deltas_decode_against_a(
     assert b_hashes[:3] == a_hashes[:3] and b_hashes[3] != a_hashes[3]
     assert store.chain_of(b_hashes[3])[0] == a_hashes[3]  # stored as a delta of A's chunk
     reads: list[bytes] = []
-    real = store.read_object
-    monkeypatch.setattr(store, "read_object", lambda h: reads.append(h) or real(h))
+    real = store.source
+    monkeypatch.setattr(store, "source", lambda h: reads.append(h) or real(h))
     monkeypatch.setattr(model_diff, "WINDOW", 300)  # windows that straddle nothing
     d = diff_manifests(store, old, new)
     frac, mx, rel = expected(w, w2)
@@ -208,7 +208,7 @@ def test_identical_chunks_are_not_read_and_deltas_decode_against_a(
     assert d.changes[0].rel_l2 == pytest.approx(rel, rel=1e-9)
     # A's four chunks (||A||), B's changed one; its base (A's last chunk) is not read again
     assert reads == [*a_hashes, b_hashes[3]]
-    monkeypatch.setattr(store, "read_object", lambda *a: pytest.fail("--stat reads no objects"))
+    monkeypatch.setattr(store, "source", lambda *a: pytest.fail("--stat reads no objects"))
     assert diff_manifests(store, old, new, values=False).counts() == {"changed": 1}
     store.close()
 

@@ -1,26 +1,23 @@
-"""Encode and decode one chunk: `raw`, `planes`, and the `xor`/`sub` deltas.
+"""Encode one chunk: `raw`, `planes`, and the `xor`/`sub` deltas (decoder.py decodes).
 
 encode() chooses the codec: byte planes when they compress, `raw` when they do
 not (cheaper to decode), and a delta against the base chunk only when it is
 clearly smaller than the standalone encoding and the chain stays within its
-depth cap. decode() always verifies the BLAKE3 of what it produced.
+depth cap.
 """
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import numpy as np
 import zstandard
 
-from git_mgit import hashing
-from git_mgit.codecs import delta, planes
-from git_mgit.codecs.objectformat import Codec, FrameMode, ObjectHeader, parse_header
-from git_mgit.errors import ObjectCorrupt
+from git_mgit.codecs import planes
+from git_mgit.codecs.decoder import DELTA_OPS
+from git_mgit.codecs.objectformat import Codec, FrameMode, ObjectHeader
+from git_mgit.codecs.planes import Op
+from git_mgit.codecs.workers import POOL
 
 FRAME_SIZE = 1 << 20  # per-plane zstd frame: >= 1 MiB loses nothing in ratio
 ZSTD_LEVEL = 1
@@ -41,7 +38,6 @@ _SAMPLE_WINDOWS = 4
 _SAMPLE_ELEMS = 1 << 16
 
 _local = threading.local()
-_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="mgit-codec")
 
 
 def _cctx() -> zstandard.ZstdCompressor:
@@ -50,13 +46,6 @@ def _cctx() -> zstandard.ZstdCompressor:
         params = zstandard.ZstdCompressionParameters.from_level(ZSTD_LEVEL, **ZSTD_TUNING)
         c = _local.cctx = zstandard.ZstdCompressor(compression_params=params)
     return c
-
-
-def _dctx() -> zstandard.ZstdDecompressor:
-    d = getattr(_local, "dctx", None)
-    if d is None:
-        d = _local.dctx = zstandard.ZstdDecompressor()
-    return d
 
 
 def layout(dtype: str, raw_len: int) -> tuple[int, bool]:
@@ -70,7 +59,7 @@ def layout(dtype: str, raw_len: int) -> tuple[int, bool]:
     rotate = info.kind in ("float", "complex")
     if info.kind == "complex":
         width //= 2  # a complex element is two floats
-    if width not in planes.UINT or raw_len % width:
+    if width not in planes.WIDTHS or raw_len % width:
         return 1, False
     return width, rotate and width > 1
 
@@ -97,7 +86,7 @@ class Encoded:
 
 
 def _compress_planes(
-    pl: np.ndarray,
+    rows: list[memoryview],
 ) -> tuple[list[list[tuple[int, int]]], list[bytes | memoryview]]:
     """Frames of every plane, compressed in parallel frame by frame.
 
@@ -105,8 +94,7 @@ def _compress_planes(
     raw whole (mantissa planes); in the others, each frame is stored raw
     only if zstd does not make it smaller.
     """
-    width, n = pl.shape
-    rows = [memoryview(pl[p]) for p in range(width)]
+    width, n = len(rows), len(rows[0])
     starts = range(0, n, FRAME_SIZE)
 
     def frame(job: tuple[int, int], limit: float = 1.0) -> tuple[int, bytes | memoryview]:
@@ -115,10 +103,10 @@ def _compress_planes(
         z = _cctx().compress(raw)
         return (FrameMode.ZSTD, z) if len(z) < len(raw) * limit else (FrameMode.STORED, raw)
 
-    firsts = list(_pool.map(lambda p: frame((p, 0), _INCOMPRESSIBLE), range(width)))
+    firsts = list(POOL.map(lambda p: frame((p, 0), _INCOMPRESSIBLE), range(width)))
     compressible = [mode == FrameMode.ZSTD for mode, _ in firsts]
     rest = [(p, s) for p in range(width) if compressible[p] for s in starts[1:]]
-    done = dict(zip(rest, _pool.map(frame, rest), strict=True))
+    done = dict(zip(rest, POOL.map(frame, rest), strict=True))
     results = [
         [firsts[p]]
         + [
@@ -144,19 +132,13 @@ def _encode_as(
     hdr = ObjectHeader(codec, dtype, width, rotate, len(raw), content_hash, frame_size=FRAME_SIZE)
     if codec == Codec.RAW:
         return Encoded(hdr, [hdr.pack(), raw])
-    if codec == Codec.PLANES:
-        pl = planes.split(raw, width, rotate)
-    else:
+    op, ref = Op.NONE, None
+    if codec.is_delta:
         assert base is not None
         hdr.base_hash, hdr.depth = base.content_hash, base.depth + 1
-        ref = planes.as_uint(base.raw, width)
-        if codec == Codec.XOR:
-            pl = planes.split(raw, width, rotate, lambda s, blk: blk ^ ref[s : s + blk.size])
-        else:
-            hdr.rotate = False
-            pl = planes.split(
-                raw, width, False, lambda s, blk: delta.zigzag_sub(blk, ref[s : s + blk.size])
-            )
+        op, ref = DELTA_OPS[codec], base.raw
+        hdr.rotate = rotate and op == Op.XOR  # a zigzag difference has no sign bit to move
+    pl = planes.split(raw, width, hdr.rotate, op, ref)
     hdr.frames, payload = _compress_planes(pl)
     return Encoded(hdr, [hdr.pack(), *payload])
 
@@ -202,91 +184,3 @@ def encode(
         if est[cand] < min(est[Codec.PLANES], len(sample)) * DELTA_GAIN:
             best = cand
     return _encode_as(best, raw, dtype, width, rotate, content_hash, base)
-
-
-def decode(
-    obj: bytes | bytearray | memoryview,
-    load_base: Callable[[bytes], bytearray | None] | None = None,
-    expected_hash: bytes | None = None,
-) -> bytearray:
-    """Decode an object to its chunk bytes and verify the content hash.
-
-    `load_base(content_hash)` must return the verified bytes of a delta's base.
-    """
-    mv = memoryview(obj).cast("B")
-    hdr = parse_header(mv)
-    if expected_hash is not None and hdr.content_hash != expected_hash:
-        raise ObjectCorrupt(
-            f"object is filed as {hashing.to_text(expected_hash)} but holds {hashing.to_text(hdr.content_hash)}"
-        )
-    payload = mv[hdr.header_len :]
-    if len(payload) != hdr.payload_len:
-        raise ObjectCorrupt(
-            f"object payload is {len(payload)} bytes, header says {hdr.payload_len}"
-        )
-    if hdr.codec == Codec.RAW:
-        out = bytearray(payload)
-    else:
-        out = _join(hdr, payload)
-        if hdr.codec.is_delta:
-            if load_base is None or hdr.base_hash is None:
-                raise ObjectCorrupt("delta object without a base")
-            base = load_base(hdr.base_hash)
-            if base is None or len(base) != hdr.raw_len:
-                raise ObjectCorrupt("delta base has a different length")
-            cur = planes.as_uint(out, hdr.width)
-            ref = planes.as_uint(base, hdr.width)
-            if hdr.codec == Codec.XOR:
-                delta.xor_into(cur, ref)
-            elif hdr.codec == Codec.SUB:
-                delta.sub_decode_inplace(cur, ref)
-            else:
-                raise ObjectCorrupt(f"codec {hdr.codec.name} is not supported by this git-mgit")
-    if hashing.digest(out) != hdr.content_hash:
-        raise ObjectCorrupt(f"object does not decode to {hashing.to_text(hdr.content_hash)}")
-    return out
-
-
-def _join(hdr: ObjectHeader, payload: memoryview) -> bytearray:
-    """Reassemble a chunk from its planes, one frame-sized block of elements at a time.
-
-    Block i gathers frame i of every plane into its slice of the output and
-    un-rotates it while it is still in cache; blocks run in parallel, and
-    stored frames are read straight from the object without a copy.
-    """
-    out = bytearray(hdr.raw_len)
-    arr = np.frombuffer(out, dtype=np.uint8)
-    width, plane_len = hdr.width, hdr.raw_len // hdr.width
-    table, pos = [], 0
-    for plane in hdr.frames:
-        row = []
-        for mode, n in plane:
-            row.append((mode, payload[pos : pos + n]))
-            pos += n
-        table.append(row)
-
-    def block(i: int) -> None:
-        start = i * hdr.frame_size
-        count = min(hdr.frame_size, plane_len - start)
-        dst = arr[start * width : (start + count) * width]
-        for p, row in enumerate(table):
-            mode, data = row[i]
-            if mode == FrameMode.ZSTD:
-                data = _decompress(data, count)
-            dst[width - 1 - p :: width] = np.frombuffer(data, dtype=np.uint8)
-        if hdr.rotate:
-            planes.rotr1(dst.view(planes.UINT[width]))
-
-    for _ in _pool.map(block, range(len(table[0]) if table else 0)):
-        pass
-    return out
-
-
-def _decompress(frame: memoryview, size: int) -> bytes:
-    try:
-        # Check the declared size first: a corrupt frame must not allocate gigabytes.
-        if zstandard.frame_content_size(frame) != size:
-            raise ObjectCorrupt("object frame has the wrong decompressed size")
-        return _dctx().decompress(frame)
-    except zstandard.ZstdError as exc:
-        raise ObjectCorrupt(f"object frame does not decompress ({exc})") from exc

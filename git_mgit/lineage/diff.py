@@ -10,8 +10,8 @@ a rename by structure). Anything still unpaired was added or removed.
 Values are compared chunk by chunk, never by smudging a file. A chunk whose
 content hash is the same on both sides is identical: the new side's copy is
 not read (the old side's is, since ||A|| needs every element). A new chunk
-stored as a delta of the old chunk just read is decoded against it rather
-than by walking its chain again. Elements become float64 a window at a time,
+whose delta chain reaches the old chunk just read is decoded against it
+rather than by walking the chain down to its bottom. Elements become float64 a window at a time,
 so memory stays at the two current chunks. Per pair:
 
 - changed_fraction: elements whose bit patterns differ (NaN payloads and -0.0
@@ -34,7 +34,6 @@ import numpy as np
 
 from git_mgit import codecs
 from git_mgit import manifest as mf
-from git_mgit.codecs.objectformat import parse_header
 from git_mgit.errors import MgitError
 from git_mgit.lineage.values import as_numbers, element_width
 from git_mgit.progress import Progress
@@ -165,18 +164,6 @@ def match(
     return pairs
 
 
-def _decode(
-    store: ChunkStore, content_hash: bytes, known: tuple[bytes, bytearray] | None = None
-) -> bytearray:
-    """A chunk's bytes; against `known` (hash, bytes) when that is its delta base."""
-    if known is None:
-        return store.get_raw(content_hash)
-    top = store.read_object(content_hash)
-    if parse_header(top).base_hash == known[0]:
-        return codecs.decode(top, lambda _h: known[1], expected_hash=content_hash)
-    return store.get_raw(content_hash, top)
-
-
 class _Chunks:
     """One tensor's chunks in order, one decoded at a time, taken a window at a time."""
 
@@ -198,7 +185,7 @@ class _Chunks:
     def load(self, known: tuple[bytes, bytearray] | None = None) -> None:
         h = self.next_hash
         self.current, self.view = None, memoryview(b"")  # let the previous chunk go first
-        raw = _decode(self.store, h, known)
+        raw = codecs.decode_all(self.store.decoder(h, known))
         if self.progress:
             self.progress.update(len(raw))
         self.current, self.view, self.index = (h, raw), memoryview(raw), self.index + 1

@@ -2,16 +2,17 @@
 
 Writes go into one pack per batch and become visible (and safe from `git gc`)
 when flush() finishes the pack and creates the batch's anchor ref. Reads come
-straight from the packs where they can (packreader) and through
-`git cat-file` otherwise; they decode delta chains from their full base upward so
-memory holds at most a base, a result and one encoded object, and verify
-every chunk's BLAKE3.
+straight from the packs where they can (packreader: any byte range of an
+object) and through `git cat-file` otherwise (the whole object). A chunk is
+decoded block by block through its whole delta chain (codecs.decoder), every
+level's BLAKE3 verified.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from git_mgit import codecs, hashing
-from git_mgit.codecs.objectformat import parse_header
 from git_mgit.errors import ObjectCorrupt, ObjectMissing
 from git_mgit.gitcmd import Repo
 from git_mgit.store import anchors
@@ -19,6 +20,10 @@ from git_mgit.store.lookup import LookupCache
 from git_mgit.store.packreader import PackReader
 from git_mgit.store.packwriter import PackWriter
 from git_mgit.store.reader import ObjectReader
+
+if TYPE_CHECKING:  # the codecs import zstandard and blake3: only when a chunk is read
+    from git_mgit.codecs.decoder import ChunkDecoder, Level, Source
+    from git_mgit.codecs.planes import Buffer
 
 
 class ChunkStore:
@@ -78,51 +83,65 @@ class ChunkStore:
         self.cache.add(((h, oid.hex(), size) for h, (oid, size) in pending.items()), commit)
 
     # -- reading --------------------------------------------------------------
-    def read_object(self, content_hash: bytes) -> bytearray:
+    def source(self, content_hash: bytes) -> Source:
+        """Random access to the object holding this chunk: from its pack, or through git."""
         if content_hash in self._pending:
             self.flush()  # a delta base from this very batch: make it readable
         loc = self.locate(content_hash)
-        data = None
         if loc is not None:
-            data = self.packs.read(loc[0])
-            if data is None:
-                data = self.reader.read(loc[0])
-        if data is None:
-            raise ObjectMissing(f"object {hashing.to_text(content_hash)} is not in this repository")
-        return data
+            blob = self.packs.open(loc[0])
+            if blob is not None:
+                return blob
+            data = self.reader.read(loc[0])
+            if data is not None:
+                return codecs.BytesSource(data)
+        raise ObjectMissing(f"object {hashing.to_text(content_hash)} is not in this repository")
+
+    def level(self, content_hash: bytes) -> Level:
+        """The chunk's object, header read and checked against the name it is filed under."""
+        level = codecs.Level(self.source(content_hash))
+        hdr = level.header
+        if hdr.content_hash != content_hash:
+            raise ObjectCorrupt(
+                f"object is filed as {hashing.to_text(content_hash)} but holds "
+                f"{hashing.to_text(hdr.content_hash)}"
+            )
+        if self.cache.chain(content_hash) is None:
+            self.cache.set_chain(content_hash, hdr.base_hash, hdr.depth)
+        return level
 
     def chain_of(self, content_hash: bytes) -> tuple[bytes | None, int]:
         """(delta base, depth) of a chunk's object, reading its header if not cached."""
         known = self.cache.chain(content_hash)
         if known is None:
-            hdr = parse_header(self.read_object(content_hash))
+            hdr = self.level(content_hash).header
             known = (hdr.base_hash, hdr.depth)
-            self.cache.set_chain(content_hash, *known)
         return known
 
-    def get_raw(self, content_hash: bytes, top: bytearray | None = None) -> bytearray:
-        """Decode a chunk, resolving its delta chain bottom-up; verifies every level.
+    def decoder(
+        self, content_hash: bytes, known: tuple[bytes, Buffer] | None = None
+    ) -> ChunkDecoder:
+        """The chunk's delta chain, ready to decode block by block.
 
-        `top` is the chunk's own object if the caller already read it (read-ahead).
+        `known` is (content hash, verified bytes) of a chunk the caller holds:
+        the chain stops there instead of decoding it again.
         """
-        if top is None:
-            top = self.read_object(content_hash)
-        hdr = parse_header(top)
-        if self.cache.chain(content_hash) is None:
-            self.cache.set_chain(content_hash, hdr.base_hash, hdr.depth)
-        chain: list[bytes] = []
-        base = hdr.base_hash
-        while base is not None:
-            if base == content_hash or base in chain or len(chain) > 255:
+        levels: list[Level] = []
+        h: bytes | None = content_hash
+        while h is not None:
+            if h in (lv.header.content_hash for lv in levels) or len(levels) > 255:
                 raise ObjectCorrupt(
                     f"object {hashing.to_text(content_hash)} has a cyclic delta chain"
                 )
-            chain.append(base)
-            base = self.chain_of(base)[0]
-        raw: bytearray | None = None
-        for h in reversed(chain):
-            raw = codecs.decode(self.read_object(h), lambda _h, b=raw: b, expected_hash=h)
-        return codecs.decode(top, lambda _h: raw, expected_hash=content_hash)
+            levels.append(self.level(h))
+            h = levels[-1].header.base_hash
+            if known is not None and h == known[0]:
+                return codecs.ChunkDecoder(levels[::-1], known[1])
+        return codecs.ChunkDecoder(levels[::-1])
+
+    def get_raw(self, content_hash: bytes) -> bytearray:
+        """Decode a whole chunk, verifying every level of its delta chain."""
+        return codecs.decode_all(self.decoder(content_hash))
 
     def close(self) -> None:
         self.flush()

@@ -1,11 +1,13 @@
-"""Reads chunk objects straight out of git's pack files.
+"""Reads chunk objects straight out of git's pack files, whole or any byte range.
 
 Checkout reads every chunk object once. Through `git cat-file` each byte is
 inflated by git, copied through a pipe and copied again into our buffer: about
 450 MB/s, on the checkout's critical path and competing with git for the CPU.
 Our pack writer stores payloads as zlib *stored* blocks, and git keeps them so
-when it repacks or sends them (it reuses pack data), so such an object can be
-read with one pread per 64 KiB block straight into its buffer.
+when it repacks or sends them (it reuses pack data). Opening such a blob walks
+its block headers once (one 5-byte pread per 64 KiB block) and keeps where
+each block's bytes lie; after that any byte range is one preadv straight into
+the caller's buffer, so a decoder can fetch just the frames it needs.
 
 Anything else (a loose object, a deltified or compressed entry, an object in
 an alternate) answers None and the caller asks git. The zlib adler32 is not
@@ -15,6 +17,7 @@ verified by the BLAKE3 of what it decodes to, a strictly stronger check.
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import struct
@@ -27,6 +30,7 @@ _NAMES = _FANOUT + 256 * 4
 _OBJ_BLOB = 3
 _STORED_HEADER = 5  # BFINAL/BTYPE byte (byte-aligned in a run of stored blocks), LEN, NLEN
 _ENTRY_PEEK = 32  # entry header (type, size varint) plus the 2-byte zlib header
+IOV_BATCH = 1024  # iovecs per preadv (Linux's UIO_MAXIOV)
 
 
 class _Pack:
@@ -71,6 +75,47 @@ class _Pack:
         self._idx.close()
 
 
+class StoredBlob:
+    """A blob in a pack whose zlib stream is stored blocks only: random access by byte range."""
+
+    def __init__(self, fd: int, size: int, starts: list[int], positions: list[int]) -> None:
+        self.fd = fd
+        self.size = size
+        self._starts = starts  # content offset where each block begins
+        self._positions = positions  # file offset of each block's first byte
+
+    def read_into(self, pos: int, dst: memoryview) -> None:
+        """Fill dst with the blob's bytes from pos on; ValueError if that runs past the end."""
+        if pos < 0 or pos + len(dst) > self.size:
+            raise ValueError(f"bytes {pos}..{pos + len(dst)} of a {self.size}-byte blob")
+        k = bisect.bisect_right(self._starts, pos) - 1
+        done = 0
+        while done < len(dst):
+            # One preadv reads a run of blocks; the headers between them (checked
+            # at open) land in scratch buffers.
+            at = self._positions[k] + (pos + done - self._starts[k])
+            iov: list[memoryview | bytearray] = []
+            while True:
+                end = self._starts[k + 1] if k + 1 < len(self._starts) else self.size
+                take = min(end - (pos + done), len(dst) - done)
+                iov.append(dst[done : done + take])
+                done += take
+                if done == len(dst) or len(iov) + 2 > IOV_BATCH:  # room for a gap and a block
+                    break
+                gap = self._positions[k + 1] - (self._positions[k] + end - self._starts[k])
+                iov.append(bytearray(gap))
+                k += 1
+            if _pread_into(self.fd, iov, at) != sum(len(b) for b in iov):
+                raise OSError(f"the pack ends inside a blob (offset {at})")
+            if done < len(dst) and pos + done == end:
+                k += 1  # the batch ended exactly at a block boundary
+
+    def read(self, pos: int, n: int) -> bytearray:
+        out = bytearray(n)
+        self.read_into(pos, memoryview(out))
+        return out
+
+
 class PackReader:
     """Whole blobs stored as zlib stored blocks, read from the packs of one object directory.
 
@@ -85,8 +130,8 @@ class PackReader:
         self._lock = threading.Lock()
         self.enabled = hasattr(os, "preadv")
 
-    def read(self, oid: str) -> bytearray | None:
-        """The blob's content, or None when it is not a stored-block blob in a known pack."""
+    def open(self, oid: str) -> StoredBlob | None:
+        """Random access to a stored-block blob in a known pack; None for anything else."""
         if not self.enabled or len(oid) != 40:
             return None
         try:
@@ -97,7 +142,12 @@ class PackReader:
         if found is None:
             return None
         pack, offset = found
-        return _read_stored_blob(pack.fd, offset)
+        return _open_stored_blob(pack.fd, offset)
+
+    def read(self, oid: str) -> bytearray | None:
+        """The whole blob, or None when it is not a stored-block blob in a known pack."""
+        blob = self.open(oid)
+        return None if blob is None else blob.read(0, blob.size)
 
     def _find(self, oid: bytes) -> tuple[_Pack, int] | None:
         with self._lock:
@@ -133,8 +183,8 @@ class PackReader:
             self._packs.clear()
 
 
-def _read_stored_blob(fd: int, offset: int) -> bytearray | None:
-    """Read the blob entry at offset if its zlib stream is stored blocks only, else None."""
+def _open_stored_blob(fd: int, offset: int) -> StoredBlob | None:
+    """Index the blob entry at offset if its zlib stream is stored blocks only, else None."""
     peek = os.pread(fd, _ENTRY_PEEK, offset)
     if not peek:
         return None
@@ -157,28 +207,24 @@ def _read_stored_blob(fd: int, offset: int) -> bytearray | None:
         or int.from_bytes(cmf_flg, "big") % 31
     ):
         return None
-    out = bytearray(size)
-    view = memoryview(out)
-    header = bytearray(_STORED_HEADER)
-    pos = offset + i + 2
-    if _pread_into(fd, [header], pos) != _STORED_HEADER:
-        return None
-    got = 0
+    starts, positions = [], []
+    pos, got = offset + i + 2, 0
     while True:
+        header = os.pread(fd, _STORED_HEADER, pos)
+        if len(header) != _STORED_HEADER:
+            return None
         btype, final = (header[0] >> 1) & 3, header[0] & 1
         length, nlength = struct.unpack_from("<HH", header, 1)
         if btype != 0 or length ^ nlength != 0xFFFF or got + length > size:
             return None
-        pos += _STORED_HEADER
-        # The block and the next block's header in one call.
-        bufs = [view[got : got + length]] if final else [view[got : got + length], header]
-        want = length + (0 if final else _STORED_HEADER)
-        if _pread_into(fd, bufs, pos) != want:
-            return None
+        if length:
+            starts.append(got)
+            positions.append(pos + _STORED_HEADER)
         got += length
-        pos += length
+        pos += _STORED_HEADER + length
         if final:
-            return out if got == size else None
+            break
+    return StoredBlob(fd, size, starts, positions) if got == size else None
 
 
 def _pread_into(fd: int, bufs: list, offset: int) -> int:

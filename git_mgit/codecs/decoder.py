@@ -1,0 +1,274 @@
+"""Decode a chunk block by block through its whole delta chain, verifying every level.
+
+A chunk's object may be a delta of a base chunk, itself perhaps a delta: a
+chain of levels with a standalone object at the bottom. Block i is the same
+byte range of every level, so decoding it needs only those bytes of each
+plane of each level (one frame per plane when frames line up, as they do for
+objects this version writes). Objects are read through a `Source` with
+random access, so a block is decoded as soon as its frames are read, blocks
+decode in parallel on the worker threads, and nothing chunk-sized is held
+unless the caller asks for the whole chunk.
+
+Every level's BLAKE3 is fed that level's blocks in order and checked after
+the chunk's last block; a mismatch raises ObjectCorrupt. A streaming caller
+has by then passed on unverified bytes, and must make its consumer discard
+them (the filter answers status=error, and git drops the output).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from typing import Protocol
+
+import blake3
+import zstandard
+
+from git_mgit import hashing
+from git_mgit.codecs import planes
+from git_mgit.codecs.objectformat import Codec, FrameMode, ObjectHeader, parse_header
+from git_mgit.codecs.planes import Buffer, Op
+from git_mgit.codecs.workers import ordered
+from git_mgit.errors import ObjectCorrupt
+
+DELTA_OPS = {Codec.XOR: Op.XOR, Codec.SUB: Op.SUB}
+HEADER_PEEK = 1 << 16  # enough for the frame table of a 1 GiB chunk
+RAW_BLOCK = 1 << 22  # block size when the top object has no frames (`raw`)
+AHEAD = 4  # blocks decoded ahead of the consumer: 4 x 4 MiB for fp32
+
+_local = threading.local()
+
+
+class Source(Protocol):
+    """Random access to one object's bytes (a blob in a pack, or one in memory)."""
+
+    size: int
+
+    def read(self, pos: int, n: int) -> Buffer: ...
+
+    def read_into(self, pos: int, dst: memoryview) -> None: ...
+
+
+class BytesSource:
+    """An object already in memory; reads are views, not copies."""
+
+    def __init__(self, data: Buffer) -> None:
+        self._data = memoryview(data).cast("B")
+        self.size = len(self._data)
+
+    def read(self, pos: int, n: int) -> memoryview:
+        return self._data[pos : pos + n]
+
+    def read_into(self, pos: int, dst: memoryview) -> None:
+        dst[:] = self._data[pos : pos + len(dst)]
+
+
+def _dctx() -> zstandard.ZstdDecompressor:
+    d = getattr(_local, "dctx", None)
+    if d is None:
+        d = _local.dctx = zstandard.ZstdDecompressor()
+    return d
+
+
+def _decompress(frame: Buffer, size: int) -> bytes:
+    try:
+        # Check the declared size first: a corrupt frame must not allocate gigabytes.
+        if zstandard.frame_content_size(frame) != size:
+            raise ObjectCorrupt("object frame has the wrong decompressed size")
+        return _dctx().decompress(frame)
+    except zstandard.ZstdError as exc:
+        raise ObjectCorrupt(f"object frame does not decompress ({exc})") from exc
+
+
+def read_header(source: Source) -> ObjectHeader:
+    """The object's header, checked against the object's size."""
+    try:
+        hdr = parse_header(source.read(0, min(source.size, HEADER_PEEK)))
+    except ObjectCorrupt:
+        if source.size <= HEADER_PEEK:
+            raise
+        hdr = parse_header(source.read(0, source.size))
+    if source.size - hdr.header_len != hdr.payload_len:
+        raise ObjectCorrupt(
+            f"object payload is {source.size - hdr.header_len} bytes, header says {hdr.payload_len}"
+        )
+    if hdr.codec.is_delta and hdr.codec not in DELTA_OPS:
+        raise ObjectCorrupt(f"codec {hdr.codec.name} is not supported by this git-mgit")
+    return hdr
+
+
+class Level:
+    """One object of a chain: its header, and where each frame of each plane lies."""
+
+    def __init__(self, source: Source, header: ObjectHeader | None = None) -> None:
+        self.source = source
+        self.header = hdr = header or read_header(source)
+        self.op = DELTA_OPS.get(hdr.codec, Op.NONE)
+        self._plane_len = hdr.raw_len // hdr.width
+        self._frames: list[list[tuple[int, int, int]]] = []  # (mode, offset, stored length)
+        pos = hdr.header_len
+        for plane in hdr.frames:
+            row = []
+            for mode, n in plane:
+                row.append((mode, pos, n))
+                pos += n
+            self._frames.append(row)
+
+    def decode(self, start: int, stop: int, base: memoryview | None, dst: memoryview) -> None:
+        """Bytes [start, stop) of the chunk into dst; `base`: the same bytes of the base chunk."""
+        hdr = self.header
+        if hdr.codec == Codec.RAW:
+            self.source.read_into(hdr.header_len + start, dst)
+            return
+        w = hdr.width
+        rows = [self._plane(p, start // w, stop // w) for p in range(w)]
+        planes.join(dst, rows, w, hdr.rotate, self.op, base)
+
+    def _plane(self, p: int, first: int, stop: int) -> Buffer:
+        """Plane p's bytes for elements [first, stop)."""
+        size = self.header.frame_size
+        pieces = []
+        for f in range(first // size, (stop - 1) // size + 1):
+            lo, hi = max(first, f * size) - f * size, min(stop, (f + 1) * size) - f * size
+            mode, at, n = self._frames[p][f]
+            if mode == FrameMode.STORED:
+                pieces.append(self.source.read(at + lo, hi - lo))
+            else:
+                full = _decompress(self.source.read(at, n), min(size, self._plane_len - f * size))
+                pieces.append(memoryview(full)[lo:hi])
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+class ChunkDecoder:
+    """One chunk: its chain of levels, bottom first, decodable block by block.
+
+    `base` is the verified content of the bottom level's base when the caller
+    already holds it (then the bottom level may be a delta).
+    """
+
+    def __init__(self, levels: list[Level], base: Buffer | None = None) -> None:
+        self.levels = levels
+        top = levels[-1].header
+        self.size = top.raw_len
+        self.content_hash = top.content_hash
+        bottom = levels[0].header
+        if bottom.codec.is_delta and base is None:
+            raise ObjectCorrupt("delta object without a base")
+        self.base = None if base is None else memoryview(base).cast("B")
+        if self.base is not None and len(self.base) != self.size:
+            raise ObjectCorrupt("delta base has a different length")
+        for below, above in itertools.pairwise(levels):
+            if above.header.base_hash != below.header.content_hash:
+                raise ObjectCorrupt("delta chain does not link up")
+            if below.header.raw_len != self.size:
+                raise ObjectCorrupt("delta base has a different length")
+        block = top.frame_size * top.width if top.codec != Codec.RAW else RAW_BLOCK
+        self.block_size = -(-block // 8) * 8  # a whole number of elements of any width
+        self.blocks = math.ceil(self.size / self.block_size)
+
+    def span(self, i: int) -> tuple[int, int]:
+        return i * self.block_size, min(self.size, (i + 1) * self.block_size)
+
+    def decode_block(self, i: int, dst: memoryview | None = None) -> list[memoryview]:
+        """Block i of every level, bottom first; the top one into dst if given."""
+        a, b = self.span(i)
+        prev = None if self.base is None else self.base[a:b]
+        out = []
+        for k, level in enumerate(self.levels):
+            top = k == len(self.levels) - 1
+            buf = dst if top and dst is not None else memoryview(bytearray(b - a))
+            level.decode(a, b, prev, buf)
+            out.append(buf)
+            prev = buf
+        return out
+
+
+class _Check:
+    """The running BLAKE3 of every level of one chunk, fed block by block in order."""
+
+    def __init__(self, chunk: ChunkDecoder) -> None:
+        self.chunk = chunk
+        # One thread each: the blocks are in cache, and the CPU is shared with git.
+        self.hashers = [blake3.blake3() for _ in chunk.levels]
+
+    def update(self, blocks: list[memoryview]) -> None:
+        for h, block in zip(self.hashers, blocks, strict=True):
+            h.update(block)
+
+    def verify(self) -> None:
+        for h, level in zip(self.hashers, self.chunk.levels, strict=True):
+            if h.digest() != level.header.content_hash:
+                raise ObjectCorrupt(
+                    f"object does not decode to {hashing.to_text(level.header.content_hash)}"
+                )
+
+
+Job = Callable[[], tuple[_Check, bool, list[memoryview] | None]]
+
+
+def _jobs(chunks: Iterable[tuple[ChunkDecoder, memoryview | None]]) -> Iterator[Job]:
+    for chunk, out in chunks:
+        check = _Check(chunk)
+        if not chunk.blocks:  # an empty chunk: still verified
+            yield lambda check=check: (check, True, None)
+        for i in range(chunk.blocks):
+            a, b = chunk.span(i)
+            dst = None if out is None else out[a:b]
+            last = i == chunk.blocks - 1
+            yield partial(_job, check, chunk, i, dst, last)
+
+
+def _job(
+    check: _Check, chunk: ChunkDecoder, i: int, dst: memoryview | None, last: bool
+) -> tuple[_Check, bool, list[memoryview]]:
+    return check, last, chunk.decode_block(i, dst)
+
+
+def _run(chunks: Iterable[tuple[ChunkDecoder, memoryview | None]]) -> Iterator[memoryview]:
+    for check, last, blocks in ordered(_jobs(chunks), AHEAD):
+        if blocks is not None:
+            check.update(blocks)
+            yield blocks[-1]
+        if last:
+            check.verify()
+
+
+def stream(chunks: Iterable[ChunkDecoder]) -> Iterator[memoryview]:
+    """Every block of every chunk in order, decoded ahead; each chunk verified after its last.
+
+    `chunks` is consumed lazily, a few blocks ahead of what has been yielded.
+    """
+    return _run((c, None) for c in chunks)
+
+
+def decode_all(chunk: ChunkDecoder) -> bytearray:
+    """The whole chunk, verified."""
+    out = bytearray(chunk.size)
+    for _ in _run([(chunk, memoryview(out))]):
+        pass
+    return out
+
+
+def decode(
+    obj: Buffer,
+    load_base: Callable[[bytes], Buffer | None] | None = None,
+    expected_hash: bytes | None = None,
+) -> bytearray:
+    """Decode an object held in memory and verify it.
+
+    `load_base(content_hash)` must return the verified bytes of a delta's base.
+    """
+    level = Level(BytesSource(obj))
+    hdr = level.header
+    if expected_hash is not None and hdr.content_hash != expected_hash:
+        raise ObjectCorrupt(
+            f"object is filed as {hashing.to_text(expected_hash)} but holds "
+            f"{hashing.to_text(hdr.content_hash)}"
+        )
+    base = None
+    if hdr.codec.is_delta and load_base is not None and hdr.base_hash is not None:
+        base = load_base(hdr.base_hash)
+    return decode_all(ChunkDecoder([level], base))

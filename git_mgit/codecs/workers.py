@@ -1,0 +1,40 @@
+"""Threads shared by encoding and decoding.
+
+zstd, BLAKE3, the C kernels and numpy release the GIL, so threads scale on
+the work that matters. Jobs on the pool never submit to it again, so two
+workers cannot deadlock waiting for each other.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+
+POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="mgit-codec")
+
+
+def ordered(jobs: Iterable[Callable[[], T]], ahead: int) -> Iterator[T]:
+    """Run jobs on the pool with at most `ahead` in flight; results in job order.
+
+    Jobs are taken from the iterable only as room frees up, so a lazy
+    iterable (one chunk's blocks after another's) costs memory for `ahead`
+    results at a time. A failing job raises when its turn comes; the jobs
+    still in flight are cancelled or left to finish.
+    """
+    pending: deque[Future[T]] = deque()
+    source = iter(jobs)
+    try:
+        for job in source:
+            pending.append(POOL.submit(job))
+            if len(pending) >= ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()

@@ -124,11 +124,11 @@ def assert_ranges_read_right(reader: PackReader, oid: str, data: bytes, seed: in
     spans = [(0, n), (0, 0), (n, 0), (0, min(n, 65535)), (max(0, n - 65536), min(n, 65536))]
     spans += [(a, rng.randint(0, n - a)) for a in (rng.randint(0, n) for _ in range(40))]
     for pos, size in spans:
-        assert bytes(blob.read(pos, size)) == data[pos : pos + size], (pos, size)
+        assert bytes(blob.view(pos, size)) == data[pos : pos + size], (pos, size)
     with pytest.raises(ValueError):
-        blob.read(n - 1, 2)
+        blob.view(n - 1, 2)
     with pytest.raises(ValueError):
-        blob.read(-1, 1)
+        blob.view(-1, 1)
 
 
 def test_any_byte_range_of_our_blobs(repo: Path) -> None:

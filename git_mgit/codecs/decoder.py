@@ -47,7 +47,10 @@ class Source(Protocol):
 
     size: int
 
-    def read(self, pos: int, n: int) -> Buffer: ...
+    def view(self, pos: int, n: int, scratch: memoryview | None = None) -> memoryview:
+        """Bytes [pos, pos + n): a view of the object if it is in memory, else read into
+        scratch (at least n bytes), or into a new buffer without one."""
+        ...
 
     def read_into(self, pos: int, dst: memoryview) -> None: ...
 
@@ -59,11 +62,67 @@ class BytesSource:
         self._data = memoryview(data).cast("B")
         self.size = len(self._data)
 
-    def read(self, pos: int, n: int) -> memoryview:
+    def view(self, pos: int, n: int, scratch: memoryview | None = None) -> memoryview:
         return self._data[pos : pos + n]
 
     def read_into(self, pos: int, dst: memoryview) -> None:
         dst[:] = self._data[pos : pos + len(dst)]
+
+
+class _Arena:
+    """Per-thread scratch for the frames one level's block needs, reused block after block.
+
+    A new bytearray is zero-filled and paged in every time; at 4 MiB a block
+    that costs as much as the join itself. take() hands out consecutive
+    slices; reset() starts over, with room for the last block's high-water mark.
+    """
+
+    def __init__(self) -> None:
+        self._buf = memoryview(bytearray(0))
+        self._used = self._peak = 0
+
+    def reset(self) -> None:
+        if self._peak > len(self._buf):
+            self._buf = memoryview(bytearray(self._peak))
+        self._used = self._peak = 0
+
+    def take(self, n: int) -> memoryview:
+        self._peak += n
+        if self._used + n > len(self._buf):
+            return memoryview(bytearray(n))  # this once; reset() makes room for next time
+        self._used += n
+        return self._buf[self._used - n : self._used]
+
+
+def _arena() -> _Arena:
+    arena = getattr(_local, "arena", None)
+    if arena is None:
+        arena = _local.arena = _Arena()
+    return arena
+
+
+class _Buffers:
+    """Block buffers handed back once the consumer is done with a block, for the next one."""
+
+    KEEP = 2 * AHEAD  # per size: what the blocks in flight and the one consumed use
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[bytearray]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, n: int) -> memoryview:
+        with self._lock:
+            free = self._free.get(n)
+            if free:
+                return memoryview(free.pop())
+        return memoryview(bytearray(n))
+
+    def put(self, views: Iterable[memoryview]) -> None:
+        with self._lock:
+            for v in views:
+                free = self._free.setdefault(len(v), [])
+                if len(free) < self.KEEP:
+                    free.append(v.obj)  # type: ignore[arg-type]
 
 
 def _dctx() -> zstandard.ZstdDecompressor:
@@ -86,11 +145,11 @@ def _decompress(frame: Buffer, size: int) -> bytes:
 def read_header(source: Source) -> ObjectHeader:
     """The object's header, checked against the object's size."""
     try:
-        hdr = parse_header(source.read(0, min(source.size, HEADER_PEEK)))
+        hdr = parse_header(source.view(0, min(source.size, HEADER_PEEK)))
     except ObjectCorrupt:
         if source.size <= HEADER_PEEK:
             raise
-        hdr = parse_header(source.read(0, source.size))
+        hdr = parse_header(source.view(0, source.size))
     if source.size - hdr.header_len != hdr.payload_len:
         raise ObjectCorrupt(
             f"object payload is {source.size - hdr.header_len} bytes, header says {hdr.payload_len}"
@@ -124,10 +183,12 @@ class Level:
             self.source.read_into(hdr.header_len + start, dst)
             return
         w = hdr.width
-        rows = [self._plane(p, start // w, stop // w) for p in range(w)]
+        arena = _arena()
+        arena.reset()
+        rows = [self._plane(p, start // w, stop // w, arena) for p in range(w)]
         planes.join(dst, rows, w, hdr.rotate, self.op, base)
 
-    def _plane(self, p: int, first: int, stop: int) -> Buffer:
+    def _plane(self, p: int, first: int, stop: int, arena: _Arena) -> Buffer:
         """Plane p's bytes for elements [first, stop)."""
         size = self.header.frame_size
         pieces = []
@@ -135,9 +196,10 @@ class Level:
             lo, hi = max(first, f * size) - f * size, min(stop, (f + 1) * size) - f * size
             mode, at, n = self._frames[p][f]
             if mode == FrameMode.STORED:
-                pieces.append(self.source.read(at + lo, hi - lo))
+                pieces.append(self.source.view(at + lo, hi - lo, arena.take(hi - lo)))
             else:
-                full = _decompress(self.source.read(at, n), min(size, self._plane_len - f * size))
+                frame = self.source.view(at, n, arena.take(n))
+                full = _decompress(frame, min(size, self._plane_len - f * size))
                 pieces.append(memoryview(full)[lo:hi])
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
@@ -172,14 +234,22 @@ class ChunkDecoder:
     def span(self, i: int) -> tuple[int, int]:
         return i * self.block_size, min(self.size, (i + 1) * self.block_size)
 
-    def decode_block(self, i: int, dst: memoryview | None = None) -> list[memoryview]:
-        """Block i of every level, bottom first; the top one into dst if given."""
+    def decode_block(
+        self,
+        i: int,
+        dst: memoryview | None = None,
+        alloc: Callable[[int], memoryview] = lambda n: memoryview(bytearray(n)),
+    ) -> list[memoryview]:
+        """Block i of every level, bottom first; the top one into dst if given.
+
+        Buffers for the other levels (and the top without dst) come from alloc.
+        """
         a, b = self.span(i)
         prev = None if self.base is None else self.base[a:b]
         out = []
         for k, level in enumerate(self.levels):
             top = k == len(self.levels) - 1
-            buf = dst if top and dst is not None else memoryview(bytearray(b - a))
+            buf = dst if top and dst is not None else alloc(b - a)
             level.decode(a, b, prev, buf)
             out.append(buf)
             prev = buf
@@ -206,32 +276,44 @@ class _Check:
                 )
 
 
-Job = Callable[[], tuple[_Check, bool, list[memoryview] | None]]
+# (the chunk's check, whether this is its last block, every level's block, those from the pool)
+Done = tuple[_Check, bool, list[memoryview], list[memoryview]]
+Job = Callable[[], Done | tuple[_Check, bool, None, None]]
 
 
-def _jobs(chunks: Iterable[tuple[ChunkDecoder, memoryview | None]]) -> Iterator[Job]:
+def _jobs(
+    chunks: Iterable[tuple[ChunkDecoder, memoryview | None]], buffers: _Buffers
+) -> Iterator[Job]:
     for chunk, out in chunks:
         check = _Check(chunk)
         if not chunk.blocks:  # an empty chunk: still verified
-            yield lambda check=check: (check, True, None)
+            yield lambda check=check: (check, True, None, None)
         for i in range(chunk.blocks):
             a, b = chunk.span(i)
             dst = None if out is None else out[a:b]
             last = i == chunk.blocks - 1
-            yield partial(_job, check, chunk, i, dst, last)
+            yield partial(_job, check, chunk, i, dst, last, buffers)
 
 
 def _job(
-    check: _Check, chunk: ChunkDecoder, i: int, dst: memoryview | None, last: bool
-) -> tuple[_Check, bool, list[memoryview]]:
-    return check, last, chunk.decode_block(i, dst)
+    check: _Check,
+    chunk: ChunkDecoder,
+    i: int,
+    dst: memoryview | None,
+    last: bool,
+    buffers: _Buffers,
+) -> Done:
+    blocks = chunk.decode_block(i, dst, buffers.get)
+    return check, last, blocks, blocks if dst is None else blocks[:-1]
 
 
 def _run(chunks: Iterable[tuple[ChunkDecoder, memoryview | None]]) -> Iterator[memoryview]:
-    for check, last, blocks in ordered(_jobs(chunks), AHEAD):
+    buffers = _Buffers()
+    for check, last, blocks, owned in ordered(_jobs(chunks, buffers), AHEAD):
         if blocks is not None:
             check.update(blocks)
             yield blocks[-1]
+            buffers.put(owned)  # the consumer is done with the block: they serve a later one
         if last:
             check.verify()
 
@@ -240,6 +322,7 @@ def stream(chunks: Iterable[ChunkDecoder]) -> Iterator[memoryview]:
     """Every block of every chunk in order, decoded ahead; each chunk verified after its last.
 
     `chunks` is consumed lazily, a few blocks ahead of what has been yielded.
+    A block is valid until the next one is asked for: its buffer is reused.
     """
     return _run((c, None) for c in chunks)
 

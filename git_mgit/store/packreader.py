@@ -110,10 +110,11 @@ class StoredBlob:
             if done < len(dst) and pos + done == end:
                 k += 1  # the batch ended exactly at a block boundary
 
-    def read(self, pos: int, n: int) -> bytearray:
-        out = bytearray(n)
-        self.read_into(pos, memoryview(out))
-        return out
+    def view(self, pos: int, n: int, scratch: memoryview | None = None) -> memoryview:
+        """Bytes [pos, pos + n), read into scratch (at least n bytes) or a new buffer."""
+        dst = memoryview(bytearray(n)) if scratch is None else scratch[:n]
+        self.read_into(pos, dst)
+        return dst
 
 
 class PackReader:
@@ -147,7 +148,7 @@ class PackReader:
     def read(self, oid: str) -> bytearray | None:
         """The whole blob, or None when it is not a stored-block blob in a known pack."""
         blob = self.open(oid)
-        return None if blob is None else blob.read(0, blob.size)
+        return None if blob is None else blob.view(0, blob.size).obj  # type: ignore[return-value]
 
     def _find(self, oid: bytes) -> tuple[_Pack, int] | None:
         with self._lock:

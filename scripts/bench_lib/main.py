@@ -43,6 +43,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoints", type=int, help="training checkpoints to commit (default 10)")
     p.add_argument("--repeat", type=int, help="repetitions per timed step (default 3)")
     p.add_argument(
+        "--checkout-repeat",
+        type=int,
+        help="repetitions of the checkout of a deleted file (default 7: a few seconds each, "
+        "and on a VM the cost of git's page faults varies by 2x from one run to the next)",
+    )
+    p.add_argument(
         "--chunk-size",
         help="git config mgit.chunkSize for the bench repositories (default: git-mgit's, 64 MiB)",
     )
@@ -56,10 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--out", type=Path, default=ROOT / "bench-out" / "results.json", help="JSON output file"
     )
     args = p.parse_args(argv)
-    defaults = (64, 256, 4, 1) if args.quick else (512, 2048, 10, 3)
-    for name, value in zip(
-        ("size_mib", "rss_size_mib", "checkpoints", "repeat"), defaults, strict=True
-    ):
+    defaults = (64, 256, 4, 1, 1) if args.quick else (512, 2048, 10, 3, 7)
+    names = ("size_mib", "rss_size_mib", "checkpoints", "repeat", "checkout_repeat")
+    for name, value in zip(names, defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, value)
     return args
@@ -67,7 +72,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
     """Every section of the benchmark; returns the raw results."""
-    ctx = Context(scratch, isolated_env(scratch), args.repeat, args.chunk_size)
+    ctx = Context(
+        scratch, isolated_env(scratch), args.repeat, args.checkout_repeat, args.chunk_size
+    )
     data = scratch / "data"
     data.mkdir()
     results: dict[str, object] = {
@@ -129,6 +136,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
     results["settings"] = {
         "quick": args.quick,
         "repeat": args.repeat,
+        "checkout_repeat": args.checkout_repeat,
         "chunk_size": chunk,
         "size_mib": args.size_mib,
         "rss_size_mib": args.rss_size_mib,

@@ -32,6 +32,7 @@ class Context:
     scratch: Path
     env: dict[str, str]
     repeat: int
+    checkout_repeat: int
     chunk_size: str | None
 
 
@@ -95,12 +96,19 @@ def _verify(repo: BenchRepo, expected: str, what: str) -> None:
         raise RuntimeError(f"{repo.tool}: {what} produced a different file ({got} != {expected})")
 
 
-def _turn(tools: list[str], r: int) -> list[str]:
-    """Who runs a step in repetition r: plain git and the passthrough only in the first.
+def _turn(tools: list[str], r: int, everyone: bool = False) -> list[str]:
+    """Who runs a step in repetition r, and in which order.
 
-    Their 512 MiB adds take 20-40 s and ~10 s, and no target depends on them.
+    Plain git and the passthrough run only in the first repetition (their
+    512 MiB adds take 20-40 s and ~10 s, and no target depends on them)
+    unless `everyone`. The order rotates from one repetition to the next: on
+    a VM the memory a tool frees goes back to the hypervisor, and whoever
+    runs next pays host faults to get it back, so a fixed order would bill
+    one tool for another's footprint.
     """
-    return tools if r == 0 else [t for t in tools if t in (MGIT, LFS)]
+    turn = tools if everyone or r == 0 else [t for t in tools if t in (MGIT, LFS)]
+    k = r % len(turn)
+    return turn[k:] + turn[:k]
 
 
 def _slug(tool: str) -> str:
@@ -142,9 +150,9 @@ def bench_file(ctx: Context, label: str, src: Path, tools: list[str]) -> dict[st
             if repo.git("diff", "--cached", "--name-only"):
                 raise RuntimeError(f"{tool}: re-adding the unchanged file changed the index")
 
-    for r in range(ctx.repeat):
-        for tool in tools:
-            log(f"{label}: {tool}: checkout ({r + 1}/{ctx.repeat})")
+    for r in range(ctx.checkout_repeat):
+        for tool in _turn(tools, r, everyone=True):
+            log(f"{label}: {tool}: checkout ({r + 1}/{ctx.checkout_repeat})")
             repo = repos[tool]
             repo.file.unlink()
             _settle()

@@ -306,7 +306,8 @@ def render(results: dict[str, Any], checks: list[Target]) -> str:
         f"machine: {m['nproc']} cores, {m['cpu']}, {m['memory']}, Linux {m['kernel']}",
         f"versions: git {m['git']}, {m['git-lfs']}, python {m['python']}, "
         f"git-mgit {m['git-mgit commit']}",
-        f"settings: {'quick' if s['quick'] else 'full'} run, median of {s['repeat']}, "
+        f"settings: {'quick' if s['quick'] else 'full'} run, median of {s['repeat']} "
+        f"(checkout of a deleted file: of {s['checkout_repeat']}), "
         f"git-mgit chunk size {s['chunk_size'] // MIB} MiB",
         "",
     ]

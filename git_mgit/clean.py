@@ -11,10 +11,11 @@ does not account for, are stored as opaque `bytes` segments: never fail
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from git_mgit import codecs, hashing
 from git_mgit import manifest as mf
@@ -29,6 +30,12 @@ Warn = Callable[[str], None]
 
 def _stderr(msg: str) -> None:
     print(f"git-mgit: warning: {msg}", file=sys.stderr)
+
+
+class Reader(Protocol):
+    """Where a builder's bytes come from: fills the view, returns how many it could."""
+
+    def read_into(self, view: memoryview) -> int: ...
 
 
 class _Source:
@@ -53,8 +60,12 @@ class _Source:
         return bytes(buf[: self.read_into(memoryview(buf))])
 
 
-class _Builder:
-    """Accumulates segments and drives hashing, dedup and background encoding."""
+class ManifestBuilder:
+    """Accumulates segments and drives hashing, dedup and background encoding.
+
+    clean() feeds it a file; a merge feeds it the merged file's pieces, some
+    already hashed (add_known), so both produce the same manifest for the same bytes.
+    """
 
     def __init__(
         self,
@@ -103,9 +114,18 @@ class _Builder:
                 base = codecs.Base(self.store.get_raw(base_hash), base_hash, depth)
         self.store.put(h, codecs.encode(view, dtype, h, base, self.settings.max_chain_depth))
 
-    def add_bytes(self, kind: str, data: bytes, src: _Source | None = None) -> None:
+    @property
+    def end(self) -> int:
+        """The file offset where the next segment starts."""
+        return self.segments[-1].offset + self.segments[-1].length if self.segments else 0
+
+    def add_known(self, segment: mf.Segment) -> None:
+        """A segment whose chunks (at this builder's chunk size) are already stored."""
+        self.segments.append(dataclasses.replace(segment, offset=self.end))
+
+    def add_bytes(self, kind: str, data: bytes, src: Reader | None = None) -> None:
         """A header or opaque segment: `data` first, then (if src) the rest of the stream."""
-        start = self.segments[-1].offset + self.segments[-1].length if self.segments else 0
+        start = self.end
         hashes, length, pending = [], 0, memoryview(data)
         while True:
             slot, buf = self._buffer(self.settings.chunk_size)
@@ -122,7 +142,7 @@ class _Builder:
                 break
         self.segments.append(mf.Segment(kind, start, length, tuple(hashes)))
 
-    def add_tensor(self, t: TensorInfo, src: _Source) -> bool:
+    def add_tensor(self, t: TensorInfo, src: Reader) -> bool:
         """Stream one tensor's chunks; False if the stream ended inside it.
 
         A truncated tensor becomes one `bytes` segment over everything read.
@@ -199,11 +219,14 @@ def clean(
     settings: Settings,
     warn: Warn = _stderr,
     base: mf.Manifest | None = None,
+    from_index: bool = True,
 ) -> bytes:
     """Consume the whole stream; return the canonical manifest bytes.
 
-    Delta bases come from the previous version of `path`, else from `base`
-    (a lineage parent the caller knows), else from the parent mgit.toml declares.
+    Delta bases come from the previous version of `path` (staged, else
+    committed; not when `from_index` is False, as when rewriting history),
+    else from `base` (a lineage parent or an earlier version the caller
+    knows), else from the parent mgit.toml declares.
     """
     source = _Source(src)
     prefix = source.read(8)
@@ -220,8 +243,9 @@ def clean(
     progress = Progress(f"git-mgit: storing {path}", header.file_size if header else None)
     previous = None
     if header is not None and path:
-        previous = previous_manifest(store, path) or base or declared_parent_manifest(store, path)
-    builder = _Builder(store, settings, previous, progress)
+        staged = previous_manifest(store, path) if from_index else None
+        previous = staged or base or declared_parent_manifest(store, path)
+    builder = ManifestBuilder(store, settings, previous, progress)
     try:
         if header is None:
             if head:

@@ -9,6 +9,7 @@
     type = "bert"
     parents = ["base"]
     creation = "train.finetune:sentiment"     # module:callable in this repository
+    independent = ["classifier.*"]            # tensor groups a merge may change independently
 
     [tests.accuracy]
     function = "checks:accuracy"
@@ -17,6 +18,9 @@
 
     [merge]
     "classifier.*" = "theirs"
+
+    [checks]
+    allow-nonfinite = ["debug/*.safetensors"]  # paths whose tensors may hold NaN or infinity
 
 Edits go through tomlkit so a user's comments and layout survive. This
 module only reads and writes the declarations: nothing here imports or runs
@@ -51,6 +55,7 @@ class ModelDecl:
     type: str | None = None
     parents: tuple[str, ...] = ()
     creation: str | None = None
+    independent: tuple[str, ...] = ()  # glob patterns: groups that do not depend on the rest
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class RepoConfig:
                 t.get("type"),
                 tuple(t.get("parents", ())),
                 t.get("creation"),
+                tuple(str(p) for p in t.get("independent", ())),
             )
         return out
 
@@ -97,6 +103,10 @@ class RepoConfig:
     @property
     def merge(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in self.doc.get("merge", {}).items()}
+
+    @property
+    def allow_nonfinite(self) -> list[str]:
+        return [str(p) for p in self.doc.get("checks", {}).get("allow-nonfinite", [])]
 
     def model_at(self, path: str) -> ModelDecl | None:
         return next((m for m in self.models.values() if m.path.rstrip("/") == path), None)
@@ -215,7 +225,7 @@ def load(worktree: Path | None) -> RepoConfig:
         doc = tomlkit.parse(path.read_text(encoding="utf-8"))
     except tomlkit.exceptions.ParseError as exc:
         raise ConfigError(f"{path}: {exc}; fix the file and retry") from exc
-    for section in ("models", "tests", "merge"):
+    for section in ("models", "tests", "merge", "checks"):
         if section in doc and not isinstance(doc[section], dict):
             raise ConfigError(f"{path}: [{section}] must be a table")
     for name, t in doc.get("tests", {}).items():

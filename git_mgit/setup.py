@@ -29,6 +29,7 @@ FILTER_CONFIG: dict[str, str] = {
     "merge.mgit.name": "git-mgit tensor-level merge",
     "merge.mgit.driver": "git-mgit merge-driver %O %A %B %L %P",
     "diff.mgit.textconv": "git-mgit textconv",
+    "diff.mgit.cachetextconv": "true",
 }
 _FILTER_KEYS_RE = r"^(filter|merge|diff)\.mgit\."
 

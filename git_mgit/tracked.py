@@ -26,16 +26,21 @@ class TrackedFile:
     manifest: mf.Manifest | None  # None: stored as a plain blob (added before tracking)
 
 
-def mgit_filtered(repo: Repo, paths: Iterable[str]) -> set[str]:
-    """The paths whose current attributes say filter=mgit (one `git check-attr` call)."""
+def filters(repo: Repo, paths: Iterable[str]) -> dict[str, str]:
+    """Each path's filter attribute (`unspecified` when none): one `git check-attr` call."""
     paths = list(paths)
     if not paths:
-        return set()
+        return {}
     out = repo.git_bytes(
         "check-attr", "-z", "--stdin", "filter", input=b"\0".join(p.encode() for p in paths) + b"\0"
     )
     fields = out.split(b"\0")
-    return {fields[i].decode() for i in range(0, len(fields) - 2, 3) if fields[i + 2] == b"mgit"}
+    return {fields[i].decode(): fields[i + 2].decode() for i in range(0, len(fields) - 2, 3)}
+
+
+def mgit_filtered(repo: Repo, paths: Iterable[str]) -> set[str]:
+    """The paths whose current attributes say filter=mgit."""
+    return {p for p, value in filters(repo, paths).items() if value == "mgit"}
 
 
 def tracked_files(repo: Repo, reader: ObjectReader, rev: str | None = None) -> list[TrackedFile]:

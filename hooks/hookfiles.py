@@ -13,9 +13,10 @@ from pathlib import Path
 
 from git_mgit.errors import MgitError
 
-# Only pre-push: every hook is a process start on a hot git path, so git-mgit
-# installs only those it cannot do without.
-HOOKS = ("pre-push",)
+# Every hook is a process start on a git path, so git-mgit installs only
+# those it cannot do without: pre-push (objects and notes travel with the
+# branches) and pre-commit (checks that refuse a model stored wrong).
+HOOKS = ("pre-push", "pre-commit")
 # Hooks earlier versions installed: setup removes ours and restores chained ones.
 RETIRED = ("post-checkout", "post-merge")
 MARKER = "# git-mgit hook (managed by git-mgit; remove with git mgit uninstall)"

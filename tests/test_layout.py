@@ -36,3 +36,26 @@ def test_console_script_runs(tmp_path) -> None:
         ["git", "mgit", "--version"], cwd=tmp_path, capture_output=True, text=True
     )
     assert proc.returncode == 0 and proc.stdout.startswith("git-mgit ")
+
+
+def test_every_package_folder_is_in_the_wheel() -> None:
+    from pathlib import Path
+
+    import tomlkit
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(
+        tomlkit.parse((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    folders = {
+        "git_mgit": "git_mgit",
+        "filters": "git_mgit.filters",
+        "hooks": "git_mgit.hooks",
+        "runtime": "git_mgit.runtime",
+    }
+    found = set()
+    for folder, name in folders.items():
+        for init in (root / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(root / folder).parts
+            found.add(".".join((name, *rel)))
+    assert found == listed

@@ -35,7 +35,7 @@ import numpy as np
 from git_mgit import codecs
 from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
-from git_mgit.lineage.values import as_numbers, element_width
+from git_mgit.numerics import element_width, to_float64
 from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
 
@@ -206,12 +206,12 @@ class _Stats:
     base_sq: float = 0.0
 
     def base(self, dtype: str, raw: memoryview) -> None:
-        x = as_numbers(dtype, raw)
+        x = to_float64(dtype, raw)
         assert x is not None
         self.base_sq += float(np.sum(np.abs(x[np.isfinite(x)]) ** 2))
 
     def pair(self, a: _Chunks, ra: memoryview, b: _Chunks, rb: memoryview) -> None:
-        xa, xb = as_numbers(a.t.dtype, ra), as_numbers(b.t.dtype, rb)
+        xa, xb = to_float64(a.t.dtype, ra), to_float64(b.t.dtype, rb)
         assert xa is not None and xb is not None
         if a.t.dtype == b.t.dtype:
             bits = f"u{a.width}"

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from git_mgit.gitcmd import Repo
-from git_mgit.lineage import history, notes, records
+from git_mgit.lineage import history, notes, pending, records
 
 PROVENANCE, VERSION = "provenance", "version"
 EDGE_KINDS = (PROVENANCE, VERSION)
@@ -59,6 +59,8 @@ class Edge:
 class Graph:
     nodes: dict[str, Node] = field(default_factory=dict)
     removed: set[str] = field(default_factory=set)  # tombstoned versions (hidden)
+    # merged versions whose two sides changed dependent tensors: tests must decide
+    possible_conflicts: dict[str, dict] = field(default_factory=dict)
     _up: dict[str, list[Edge]] = field(default_factory=lambda: defaultdict(list))
     _down: dict[str, list[Edge]] = field(default_factory=lambda: defaultdict(list))
     notes_tip: str | None = None
@@ -170,7 +172,9 @@ def build(
         g.link(Edge(old, new, VERSION, implicit=True, attrs=(("commit", commit),)))
     for oid, recs in winners.items():
         for (kind, other), rec in recs.items():
-            if kind == "node" or rec.removed:
+            if kind not in EDGE_KINDS or rec.removed:
+                if kind == pending.POSSIBLE_CONFLICT and not rec.removed:
+                    g.possible_conflicts[oid] = rec.fields
                 continue
             if kind == PROVENANCE:
                 attrs = tuple(sorted((k, str(v)) for k, v in rec.fields.items() if k != "parent"))
@@ -188,8 +192,14 @@ def build(
 
 
 def load(repo: Repo, folders: Iterable[str] = (), types: dict[str, str] | None = None) -> Graph:
-    """Read history and notes (three git calls) and build the graph."""
+    """Read history and notes (three git calls) and build the graph.
+
+    Merges whose version has reached history since are recorded first (pending.py).
+    """
+    hist = history.read(repo, folders)
+    if pending.waiting(repo):
+        pending.finalize(repo, hist.versions)
     snapshot = notes.load(repo)
-    g = build(history.read(repo, folders), snapshot.texts, types)
+    g = build(hist, snapshot.texts, types)
     g.notes_tip = snapshot.tip
     return g

@@ -63,7 +63,7 @@ from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import Tensor, match, tensors
 from git_mgit.lineage.graph import EDGE_KINDS, Graph
-from git_mgit.lineage.values import as_numbers, element_width
+from git_mgit.numerics import element_width, to_float64
 from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
 
@@ -106,7 +106,7 @@ class _Samples:
             raw = self.store.get_raw(t.hashes[index])
             self.progress.update(len(raw))
             elements = np.frombuffer(raw, np.dtype((np.void, width)))[::stride]
-            self._cache[key] = as_numbers(t.dtype, elements.tobytes())
+            self._cache[key] = to_float64(t.dtype, elements.tobytes())
         values = self._cache[key]
         return None if values is None else _Sample(stride, values)
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-FORMAT_KINDS = ("node", "provenance", "version")
+FORMAT_KINDS = ("node", "provenance", "version", "possible_conflict")
 _LINK = {"provenance": "parent", "version": "previous"}
 
 

@@ -21,6 +21,8 @@ def to_dict(g: Graph, sizes: dict[str, int] | None = None) -> dict[str, list[dic
             "commit": n.commit,
             "time": n.time,
             "stored": sizes.get(n.id),
+            # a merge whose two sides changed dependent tensors: its tests must decide
+            "possible_conflict": g.possible_conflicts.get(n.id),
         }
         for n in (g.nodes[oid] for oid in sorted(g.nodes, key=g.order_key))
     ]

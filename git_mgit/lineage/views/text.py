@@ -19,6 +19,8 @@ def _line(g: Graph, oid: str, sizes: dict[str, int]) -> str:
         parts.append(node.path)
     if oid in sizes:
         parts.append(format_size(sizes[oid]))
+    if oid in g.possible_conflicts:
+        parts.append("[possible conflict: tests pending]")
     return "  ".join(parts)
 
 

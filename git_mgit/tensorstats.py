@@ -1,0 +1,96 @@
+"""Summary statistics of a tensor, streamed: what `git diff` shows per tensor (diff.mgit.textconv).
+
+Values arrive as bytes in any pieces; they are regrouped into fixed windows
+of WINDOW elements from the tensor's start and folded window by window, so
+the same bytes always give the same figures to the last digit, whether they
+come from stored objects or from a file in the working tree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from git_mgit.numerics import element_width, to_float64
+
+WINDOW = 1 << 20
+
+
+@dataclass
+class Stats:
+    dtype: str
+    count: int = 0  # finite values
+    nan: int = 0
+    inf: int = 0
+    total: float = 0.0
+    squares: float = 0.0
+    low: float = math.inf
+    high: float = -math.inf
+
+    def _fold(self, raw: bytes | bytearray | memoryview) -> None:
+        x = to_float64(self.dtype, raw)
+        if x is None:
+            return
+        if np.iscomplexobj(x):
+            x = np.abs(x)
+        finite = np.isfinite(x)
+        self.nan += int(np.count_nonzero(np.isnan(x)))
+        self.inf += int(np.count_nonzero(np.isinf(x)))
+        v = x[finite]
+        if v.size:
+            self.count += v.size
+            self.total += float(v.sum())
+            self.squares += float(np.dot(v, v))
+            self.low, self.high = min(self.low, float(v.min())), max(self.high, float(v.max()))
+
+    def describe(self) -> str:
+        if self.count == 0 and not (self.nan or self.inf):
+            return "empty" if element_width(self.dtype) else "(packed: no figures)"
+        parts = []
+        if self.count:
+            mean = self.total / self.count
+            var = max(self.squares / self.count - mean * mean, 0.0)
+            parts += [
+                f"l2 {math.sqrt(self.squares):.6g}",
+                f"mean {mean:.6g}",
+                f"std {math.sqrt(var):.6g}",
+                f"min {self.low:.6g}",
+                f"max {self.high:.6g}",
+            ]
+        if self.nan:
+            parts.append(f"nan {self.nan}")
+        if self.inf:
+            parts.append(f"inf {self.inf}")
+        return "  ".join(parts)
+
+
+class Collector:
+    """Feed a tensor's bytes in any pieces; read the Stats when done."""
+
+    def __init__(self, dtype: str) -> None:
+        self.stats = Stats(dtype)
+        width = element_width(dtype) or 1
+        self._window = WINDOW * width
+        self._pending = bytearray()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        if self._pending:
+            take = min(len(view), self._window - len(self._pending))
+            self._pending += view[:take]
+            view = view[take:]
+            if len(self._pending) == self._window:
+                self.stats._fold(self._pending)
+                self._pending = bytearray()
+        while len(view) >= self._window:
+            self.stats._fold(view[: self._window])
+            view = view[self._window :]
+        self._pending += view
+
+    def finish(self) -> Stats:
+        if self._pending:
+            self.stats._fold(self._pending)
+            self._pending = bytearray()
+        return self.stats

@@ -1,0 +1,133 @@
+"""diff.mgit (tensor summaries in git diff / log -p / show) and the pre-commit checks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save
+
+from tests.gitsandbox import run_git
+from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, tensors_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return init_mgit_repo(tmp_path / "work")
+
+
+def write(repo: Path, tensors: dict, name: str = "model.safetensors") -> None:
+    (repo / name).write_bytes(save(tensors, metadata={"seed": "1"}))
+
+
+def changed_lines(diff: str) -> list[str]:
+    return [
+        ln for ln in diff.splitlines() if ln[:1] in ("+", "-") and not ln.startswith(("+++", "---"))
+    ]
+
+
+def test_git_diff_log_and_show_print_tensor_summaries(repo: Path) -> None:
+    base = tensors_of(model_bytes(1))
+    write(repo, base)
+    run_git("add", "model.safetensors", cwd=repo)
+    run_git("commit", "-q", "-m", "v1", cwd=repo)
+    bias = base["layer.0.bias"] + np.float32(0.5)
+    write(repo, {**base, "layer.0.bias": bias})
+    diff = run_git("diff", cwd=repo).stdout  # working tree against the index
+    lines = changed_lines(diff)
+    assert len(lines) == 2 and all("layer.0.bias  F32[64]" in ln for ln in lines)
+    assert "mean 0.5" in lines[1] and "mean 0 " in lines[0]
+    stat = run_git("diff", "--stat", cwd=repo).stdout
+    assert re.search(r"model\.safetensors \| 2 \+-", stat)  # one tensor changed
+    run_git("commit", "-q", "-am", "v2", cwd=repo)
+    log = run_git("log", "-p", "-1", cwd=repo).stdout
+    assert changed_lines(log) == lines  # stored objects and the working file describe alike
+    assert changed_lines(run_git("show", "HEAD", cwd=repo).stdout) == lines
+
+
+def test_textconv_names_missing_objects_instead_of_guessing(repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "m").write_text(
+        "mgit-manifest 1\nkind opaque\nsize 3\nchunk 67108864\nbytes 0 3 b3:" + "ab" * 32 + "\n"
+    )
+    proc = mgit("textconv", str(tmp_path / "m"), cwd=repo, check=False)
+    assert proc.returncode != 0 and "git mgit fetch" in proc.stderr
+
+
+def commit(repo: Path, *paths: str, check: bool = True):
+    run_git("add", *paths, cwd=repo)
+    return run_git("commit", "-q", "-m", "c", cwd=repo, check=check)
+
+
+def test_untracked_model_file_is_refused_with_the_fix(tmp_path: Path) -> None:
+    repo = tmp_path / "plain"
+    run_git("init", "-q", str(repo), cwd=tmp_path)
+    mgit("install", cwd=repo)  # hooks, but nothing tracked
+    (repo / "m.safetensors").write_bytes(model_bytes(1))
+    proc = commit(repo, "m.safetensors", check=False)
+    assert proc.returncode != 0 and "git mgit track '*.safetensors'" in proc.stderr
+    mgit("track", "*.safetensors", cwd=repo)
+    commit(repo, ".gitattributes", "m.safetensors")
+
+
+def test_non_finite_values_are_refused_unless_allowed(repo: Path) -> None:
+    t = tensors_of(model_bytes(1))
+    t["layer.0.weight"][3, 3] = np.nan
+    t["layer.0.weight"][4, 4] = np.inf
+    write(repo, t)
+    proc = commit(repo, "model.safetensors", check=False)
+    assert proc.returncode != 0
+    assert "'layer.0.weight' holds 1 NaN and 1 infinite" in proc.stderr
+    (repo / "mgit.toml").write_text('[checks]\nallow-nonfinite = ["model.safetensors"]\n')
+    commit(repo, "mgit.toml", "model.safetensors")
+
+
+def test_invalid_header_and_corrupt_objects_are_refused(repo: Path) -> None:
+    (repo / "bad.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    proc = commit(repo, "bad.safetensors", check=False)
+    assert proc.returncode != 0 and "bad.safetensors: not a valid safetensors file" in proc.stderr
+    run_git("rm", "-q", "--cached", "bad.safetensors", cwd=repo)
+    write(repo, tensors_of(model_bytes(2, n=4096)))
+    run_git("add", "model.safetensors", cwd=repo)
+    for pack in (repo / ".git" / "objects" / "pack").glob("*.pack"):
+        data = bytearray(pack.read_bytes())
+        at = data.rfind(b"MGOB")
+        if at > 0:
+            data[at + 300] ^= 0xFF
+            pack.chmod(0o644)
+            pack.write_bytes(bytes(data))
+    proc = run_git("commit", "-q", "-m", "c", cwd=repo, check=False)
+    assert proc.returncode != 0 and "does not decode" in proc.stderr
+
+
+def test_a_users_own_pre_commit_hook_still_runs(tmp_path: Path) -> None:
+    repo = tmp_path / "r"
+    run_git("init", "-q", str(repo), cwd=tmp_path)
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text('#!/bin/sh\necho mine >> "$(git rev-parse --git-dir)/ran"\n')
+    hook.chmod(0o755)
+    mgit("install", cwd=repo)
+    mgit("track", "*.safetensors", cwd=repo)
+    commit(repo, ".gitattributes")
+    assert (repo / ".git" / "ran").read_text() == "mine\n"
+
+
+def test_pre_commit_framework_hooks_run_the_same_checks(repo: Path) -> None:
+    spec = (ROOT / ".pre-commit-hooks.yaml").read_text()
+    entries = dict(re.findall(r"- id: (\S+)\n(?:.*\n)*?  entry: (.+)", spec))
+    assert set(entries) == {"mgit-tracked", "mgit-header", "mgit-finite", "mgit-objects"}
+    t = tensors_of(model_bytes(1))
+    t["embed.weight"][0, 0] = np.nan
+    write(repo, t, "bad.safetensors")
+    write(repo, tensors_of(model_bytes(1)), "good.safetensors")
+    run_git("add", "good.safetensors", "bad.safetensors", cwd=repo)
+    for hook_id, entry in entries.items():
+        argv = entry.split()
+        assert argv[:2] == ["git-mgit", "check"]
+        ok = mgit(*argv[1:], "good.safetensors", cwd=repo, check=False)
+        assert ok.returncode == 0, (hook_id, ok.stderr)
+    bad = mgit("check", "finite", "bad.safetensors", cwd=repo, check=False)
+    assert bad.returncode == 1 and "'embed.weight' holds 1 NaN" in bad.stderr

@@ -28,8 +28,12 @@ def format_size(n: float) -> str:
 
 
 class Progress:
-    def __init__(self, label: str, total: int | None = None, stream=None) -> None:
+    def __init__(
+        self, label: str, total: int | None = None, stream=None, counting: bool = False
+    ) -> None:
+        """`counting`: the amounts are items (tests, models), not bytes."""
         self.label, self.total, self.done = label, total, 0
+        self.counting = counting
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() and not os.environ.get("GIT_MGIT_NO_PROGRESS")
         self.start = time.monotonic()
@@ -46,7 +50,9 @@ class Progress:
         self._last = now
         self._shown = True
         rate = self.done / max(now - self.start, 1e-9)
-        if self.total:
+        if self.counting:
+            msg = f"{self.label}: {self.done}/{self.total or '?'}"
+        elif self.total:
             pct = 100 * self.done / self.total
             msg = f"{self.label}: {pct:3.0f}% ({_mib(self.done)} / {_mib(self.total)}), {_mib(int(rate))}/s"
         else:

@@ -10,6 +10,14 @@
     parents = ["base"]
     creation = "train.finetune:sentiment"     # module:callable in this repository
     independent = ["classifier.*"]            # tensor groups a merge may change independently
+    architecture = "nets:Classifier"          # builds the torch module (else: state dicts)
+
+    [types.bert]
+    architecture = "nets:Bert"                # for every model of this type
+
+    [groups.glue]                             # an MTL group: one function makes all members
+    models = ["sst2", "mnli"]
+    creation = "train.mtl:glue"               # returns {member name: model}
 
     [tests.accuracy]
     function = "checks:accuracy"
@@ -39,6 +47,13 @@ import tomlkit.exceptions
 from git_mgit.errors import MgitError
 
 FILE_NAME = "mgit.toml"
+# The keys each kind of table may hold: a misspelt key is an error, not silently ignored.
+_KEYS = {
+    "models": {"path", "type", "parents", "creation", "independent", "architecture"},
+    "tests": {"function", "models", "types", "pass"},
+    "groups": {"models", "creation"},
+    "types": {"architecture"},
+}
 _CALLABLE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _NAME = re.compile(r"[A-Za-z0-9][\w.+-]*")
 _CONDITION = re.compile(r"\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|!=|>|<)\s*(-?[\d.]+(?:e-?\d+)?)\s*")
@@ -56,6 +71,16 @@ class ModelDecl:
     parents: tuple[str, ...] = ()
     creation: str | None = None
     independent: tuple[str, ...] = ()  # glob patterns: groups that do not depend on the rest
+    architecture: str | None = None  # module:callable building its torch module
+
+
+@dataclass(frozen=True)
+class GroupDecl:
+    """Models created together by one function (multi-task learning shares their weights)."""
+
+    name: str
+    models: tuple[str, ...]
+    creation: str | None
 
 
 @dataclass(frozen=True)
@@ -90,6 +115,7 @@ class RepoConfig:
                 tuple(t.get("parents", ())),
                 t.get("creation"),
                 tuple(str(p) for p in t.get("independent", ())),
+                t.get("architecture"),
             )
         return out
 
@@ -103,6 +129,23 @@ class RepoConfig:
     @property
     def merge(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in self.doc.get("merge", {}).items()}
+
+    @property
+    def groups(self) -> dict[str, GroupDecl]:
+        return {
+            name: GroupDecl(name, tuple(str(m) for m in t.get("models", ())), t.get("creation"))
+            for name, t in self.doc.get("groups", {}).items()
+        }
+
+    def group_of(self, model: str) -> GroupDecl | None:
+        return next((g for g in self.groups.values() if model in g.models), None)
+
+    def architecture(self, model: ModelDecl) -> str | None:
+        """The model's own `architecture`, else its type's (`[types.TYPE]`)."""
+        if model.architecture:
+            return model.architecture
+        kind = self.doc.get("types", {}).get(model.type or "", {})
+        return kind.get("architecture") if isinstance(kind, dict) else None
 
     @property
     def allow_nonfinite(self) -> list[str]:
@@ -225,7 +268,7 @@ def load(worktree: Path | None) -> RepoConfig:
         doc = tomlkit.parse(path.read_text(encoding="utf-8"))
     except tomlkit.exceptions.ParseError as exc:
         raise ConfigError(f"{path}: {exc}; fix the file and retry") from exc
-    for section in ("models", "tests", "merge", "checks"):
+    for section in ("models", "tests", "merge", "checks", "types", "groups"):
         if section in doc and not isinstance(doc[section], dict):
             raise ConfigError(f"{path}: [{section}] must be a table")
     for name, t in doc.get("tests", {}).items():
@@ -234,4 +277,27 @@ def load(worktree: Path | None) -> RepoConfig:
     for name, t in doc.get("models", {}).items():
         if not isinstance(t, dict) or "path" not in t:
             raise ConfigError(f"{path}: [models.{name}] needs path = '...'")
+    for name, t in doc.get("groups", {}).items():
+        if not isinstance(t, dict) or not t.get("models"):
+            raise ConfigError(f"{path}: [groups.{name}] needs models = ['a', 'b', ...]")
+        unknown = [m for m in t["models"] if m not in doc.get("models", {})]
+        if unknown:
+            raise ConfigError(
+                f"{path}: [groups.{name}] names undeclared models: {', '.join(unknown)}"
+            )
+    for section, allowed in _KEYS.items():
+        for name, t in doc.get(section, {}).items():
+            extra = sorted(set(t) - allowed) if isinstance(t, dict) else []
+            if extra:
+                raise ConfigError(
+                    f"{path}: [{section}.{name}] has unknown key(s) {', '.join(extra)}; "
+                    f"known: {', '.join(sorted(allowed))}"
+                )
+        if section == "tests":
+            for name, t in doc.get(section, {}).items():
+                if "pass" in t:
+                    try:
+                        parse_condition(str(t["pass"]))
+                    except ConfigError as exc:
+                        raise ConfigError(f"{path}: [tests.{name}] {exc}") from exc
     return RepoConfig(path, doc)

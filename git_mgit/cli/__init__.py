@@ -39,6 +39,9 @@ COMMANDS: dict[str, str] = {
     "merge-driver": "merge_driver",
     "textconv": "textconv",
     "hook": "hook",
+    "test": "test",
+    "bisect": "bisect",
+    "cascade": "cascade",
 }
 
 HELP: dict[str, str] = {
@@ -66,6 +69,9 @@ HELP: dict[str, str] = {
     "merge-driver": "three-way merge of manifests; git runs it",
     "textconv": "print a manifest as a readable tensor listing; git diff runs it",
     "hook": "run one of git-mgit's git hooks",
+    "test": "run registered tests over models, record and reuse results",
+    "bisect": "find the first model version a test fails on (about log2(n) runs)",
+    "cascade": "re-derive every descendant of an updated model, onto a branch",
 }
 
 

@@ -21,6 +21,7 @@ _EXPORTS = {
     "Level": "decoder",
     "decode": "decoder",
     "decode_all": "decoder",
+    "decode_into": "decoder",
     "stream": "decoder",
 }
 

@@ -327,11 +327,16 @@ def stream(chunks: Iterable[ChunkDecoder]) -> Iterator[memoryview]:
     return _run((c, None) for c in chunks)
 
 
+def decode_into(chunk: ChunkDecoder, out: memoryview) -> None:
+    """The whole chunk into `out` (chunk.size bytes), verified."""
+    for _ in _run([(chunk, out)]):
+        pass
+
+
 def decode_all(chunk: ChunkDecoder) -> bytearray:
     """The whole chunk, verified."""
     out = bytearray(chunk.size)
-    for _ in _run([(chunk, memoryview(out))]):
-        pass
+    decode_into(chunk, memoryview(out))
     return out
 
 

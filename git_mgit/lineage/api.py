@@ -192,6 +192,21 @@ class Lineage:
         self.config.deregister_test(name)
         self.config.save()
 
+    def record_tests(self, results: Iterable[tuple[str, str, str, dict]]) -> None:
+        """Record (version, test name, test code hash, metrics) results, one notes commit."""
+        changes: dict[str, list[records.Record]] = {}
+        for version, test, code, metrics in results:
+            rec = records.make("test", id=f"{test}:{code}", test=test, code=code, metrics=metrics)
+            changes.setdefault(version, []).append(rec)
+            self.graph.test_results.setdefault(version, {})[f"{test}:{code}"] = rec.fields
+        if changes:
+            self._write(changes, f"record {sum(map(len, changes.values()))} test result(s)")
+
+    def recorded_test(self, version: str, test: str, code: str) -> dict | None:
+        """The metrics recorded for this version by this test's current code, if any."""
+        found = self.graph.test_results.get(version, {}).get(f"{test}:{code}")
+        return None if found is None else found.get("metrics")
+
     # -- queries ----------------------------------------------------------------
 
     def get_next_version(self, ref: str) -> str | None:

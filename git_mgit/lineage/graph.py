@@ -61,6 +61,8 @@ class Graph:
     removed: set[str] = field(default_factory=set)  # tombstoned versions (hidden)
     # merged versions whose two sides changed dependent tensors: tests must decide
     possible_conflicts: dict[str, dict] = field(default_factory=dict)
+    # recorded test results: version -> "TEST:CODE" -> the record's fields
+    test_results: dict[str, dict[str, dict]] = field(default_factory=dict)
     _up: dict[str, list[Edge]] = field(default_factory=lambda: defaultdict(list))
     _down: dict[str, list[Edge]] = field(default_factory=lambda: defaultdict(list))
     notes_tip: str | None = None
@@ -175,6 +177,8 @@ def build(
             if kind not in EDGE_KINDS or rec.removed:
                 if kind == pending.POSSIBLE_CONFLICT and not rec.removed:
                     g.possible_conflicts[oid] = rec.fields
+                elif kind == "test" and not rec.removed:
+                    g.test_results.setdefault(oid, {})[other] = rec.fields
                 continue
             if kind == PROVENANCE:
                 attrs = tuple(sorted((k, str(v)) for k, v in rec.fields.items() if k != "parent"))

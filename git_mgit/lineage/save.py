@@ -19,9 +19,10 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from dulwich.index import Index, IndexEntry
@@ -32,6 +33,7 @@ from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage import contents, records
 from git_mgit.lineage.api import Lineage
+from git_mgit.lineage.resolve import Version
 from git_mgit.store.chunkstore import ChunkStore
 
 _NUMPY = {
@@ -149,9 +151,9 @@ def _stage(repo: Repo, rel: str, blob: str, file: Path) -> None:
     index.write()
 
 
-def _commit(repo: Repo, rel: str, blob: str, message: str) -> str:
-    """Commit HEAD's tree with `rel` replaced, through a private index; returns the commit."""
-    head = repo.git("rev-parse", "--verify", "--quiet", "HEAD", check=False) or None
+def _commit(repo: Repo, rel: str, blob: str, message: str, ref: str = "HEAD") -> str:
+    """Commit `ref`'s tree with `rel` replaced, through a private index; returns the commit."""
+    head = repo.git("rev-parse", "--verify", "--quiet", ref, check=False) or None
     with tempfile.TemporaryDirectory(dir=repo.mgit_dir) as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         if head:
@@ -159,7 +161,7 @@ def _commit(repo: Repo, rel: str, blob: str, message: str) -> str:
         repo.git("update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}", env=env)
         tree = repo.git("write-tree", env=env)
     commit = repo.git("commit-tree", tree, *(["-p", head] if head else []), "-m", message)
-    repo.git("update-ref", "-m", f"commit (git-mgit): {message}", "HEAD", commit, head or "0" * 40)
+    repo.git("update-ref", "-m", f"commit (git-mgit): {message}", ref, commit, head or "0" * 40)
     return commit
 
 
@@ -173,11 +175,17 @@ def commit_model(
     type: str | None = None,
     metadata: Mapping[str, str] | None = None,
     lineage: Lineage | None = None,
+    branch: str | None = None,
+    previous: str | None = None,
 ) -> Saved:
     """Write `state_dict` to `path` (tracked by git-mgit), commit it, record its lineage.
 
     `parents` are versions it was derived from (anything `git mgit lineage`
     accepts); the first one is also the delta base when `path` is new.
+    `previous` is the version it replaces (an explicit version edge).
+    With `branch`, the commit goes onto that existing branch instead of HEAD
+    and neither the working file nor the index is touched (how a cascade
+    commits, leaving what the user has checked out alone).
     """
     lin = lineage or Lineage()
     repo = lin.repo
@@ -198,29 +206,62 @@ def commit_model(
         base = None
         if parent_versions and parent_versions[0].kind == "file":
             base = contents.manifests(repo, store.reader, parent_versions[0].id, "file")[""]
-        file.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".mgit-", dir=file.parent)
-        try:
-            with os.fdopen(fd, "wb") as sink:
-                pieces = [memoryview(header), *(data for *_, data in tensors)]
-                text = clean(_TeeStream(pieces, sink), rel, store, config.load(repo), base=base)
-            os.replace(tmp, file)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        pieces = [memoryview(header), *(data for *_, data in tensors)]
+
+        def clean_into(sink: BinaryIO) -> str:
+            return clean(_TeeStream(pieces, sink), rel, store, config.load(repo), base=base)
+
+        if branch is not None:
+            with open(os.devnull, "wb") as sink:
+                text = clean_into(sink)
+        else:
+            text = _write_file(file, clean_into)
     finally:
         store.close()
     blob = repo.git("hash-object", "-w", "--stdin", input=text)
-    _stage(repo, rel, blob, file)
-    commit = _commit(repo, rel, blob, message or f"Save {rel}")
-    recs = {blob: [records.make("node", name=name, path=rel, type=type, model_kind="file")]}
+    if branch is None:
+        _stage(repo, rel, blob, file)
+    ref = f"refs/heads/{branch}" if branch is not None else "HEAD"
+    commit = _commit(repo, rel, blob, message or f"Save {rel}", ref)
     code = repo.git("rev-parse", "--verify", "--quiet", f"{commit}^", check=False) or None
-    for p in parent_versions:
-        recs[blob].append(
+    record_lineage(lin, blob, rel, parent_versions, function, code, previous, name, type)
+    return Saved(rel, blob, commit)
+
+
+def _write_file(file: Path, clean_into: Callable[[BinaryIO], str]) -> str:
+    """Write the model file and clean it in the same pass; the file appears whole or not at all."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".mgit-", dir=file.parent)
+    try:
+        with os.fdopen(fd, "wb") as sink:
+            text = clean_into(sink)
+        os.replace(tmp, file)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return text
+
+
+def record_lineage(
+    lin: Lineage,
+    version: str,
+    rel: str,
+    parents: Sequence[Version],
+    function: str | None,
+    code: str | None,
+    previous: str | None = None,
+    name: str | None = None,
+    type: str | None = None,
+) -> None:
+    """The node, provenance and version records of a saved version (one notes commit)."""
+    recs = [records.make("node", name=name, path=rel, type=type, model_kind="file")]
+    for p in parents:
+        recs.append(
             records.make(
                 "provenance", parent=p.id, parent_path=p.path, function=function, code=code
             )
         )
-    lin._write(recs, f"save {rel}")
+    if previous is not None:
+        recs.append(records.make("version", previous=previous))
+    lin._write({version: recs}, f"save {rel}")
     lin.reload()
-    return Saved(rel, blob, commit)

@@ -1,0 +1,152 @@
+"""Model versions as torch tensors, read from their objects; several at once with shared storage.
+
+Each tensor's chunks are decoded straight into one buffer that the torch
+tensor then owns (no file is written, no pickle is read). load_models()
+loads several versions and gives tensors with the same content (dtype,
+shape and chunk hashes: the same bytes) one storage shared by every model
+that holds them, as MGit does for collocated inference (paper section 4):
+a fine-tune with frozen layers costs memory only for what it changed.
+`load_state_dict(..., assign=True)` keeps that sharing in torch modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from git_mgit import codecs
+from git_mgit.errors import MgitError
+from git_mgit.gitcmd import Repo
+from git_mgit.lineage import contents
+from git_mgit.lineage.api import Lineage
+from git_mgit.lineage.diff import Tensor, tensors
+from git_mgit.lineage.resolve import Version
+from git_mgit.progress import Progress, format_size
+from git_mgit.store.chunkstore import ChunkStore
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
+    "F8_E5M2FNUZ": torch.float8_e5m2fnuz,
+    "C64": torch.complex64,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U64": torch.uint64,
+    "U32": torch.uint32,
+    "U16": torch.uint16,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+StateDict = dict[str, torch.Tensor]
+
+
+def _key(t: Tensor) -> tuple:
+    return (t.dtype, t.shape, t.hashes)
+
+
+def _read(store: ChunkStore, t: Tensor) -> torch.Tensor:
+    dtype = TORCH_DTYPES.get(t.dtype)
+    if dtype is None:
+        raise MgitError(f"tensor {t.name!r}: torch has no {t.dtype} type")
+    if t.segment.length == 0:
+        return torch.empty(t.shape, dtype=dtype)
+    buf = bytearray(t.segment.length)
+    view = memoryview(buf)
+    for i, h in enumerate(t.hashes):
+        decoder = store.decoder(h)
+        start = i * t.chunk_size
+        codecs.decode_into(decoder, view[start : start + decoder.size])
+    return torch.frombuffer(buf, dtype=torch.uint8).view(dtype).reshape(t.shape)
+
+
+def _tensors(repo: Repo, store: ChunkStore, v: Version) -> dict[str, Tensor]:
+    found = tensors(contents.manifests(repo, store.reader, v.id, v.kind))
+    missing = store.missing([h for t in found.values() for h in t.hashes])
+    if missing:
+        raise MgitError(
+            f"{len(missing)} tensor object(s) of {v.path or v.id[:10]} are not here; "
+            "run `git mgit fetch`"
+        )
+    return found
+
+
+@dataclass
+class Loaded:
+    """Several versions' state dicts, sharing tensors with equal content, and what that saved."""
+
+    models: dict[str, StateDict] = field(default_factory=dict)  # by the reference asked for
+    total_bytes: int = 0  # what loading each model on its own would take
+    unique_bytes: int = 0  # what was loaded
+    shared_tensors: int = 0  # tensors served from another model's storage
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.total_bytes - self.unique_bytes
+
+    def summary(self) -> str:
+        share = self.saved_bytes / self.total_bytes if self.total_bytes else 0.0
+        return (
+            f"{len(self.models)} models: {format_size(self.unique_bytes)} in memory instead of "
+            f"{format_size(self.total_bytes)} ({format_size(self.saved_bytes)} saved, {share:.0%}; "
+            f"{self.shared_tensors} tensors shared)"
+        )
+
+
+def load_models(refs: Iterable[str], lineage: Lineage | None = None) -> Loaded:
+    """Load model versions (anything `git mgit lineage` accepts) with shared storage."""
+    lin = lineage or Lineage()
+    store = ChunkStore(lin.repo)
+    out = Loaded()
+    cache: dict[tuple, torch.Tensor] = {}
+    try:
+        wanted = [(ref, lin.resolve(ref)) for ref in refs]
+        plans = [(ref, _tensors(lin.repo, store, v)) for ref, v in wanted]
+        total = sum(t.segment.length for _, ts in plans for t in ts.values())
+        progress = Progress("git-mgit: loading models", total)
+        try:
+            for ref, ts in plans:
+                model: StateDict = {}
+                for name, t in ts.items():
+                    out.total_bytes += t.segment.length
+                    key = _key(t)
+                    if key in cache:
+                        out.shared_tensors += 1
+                    else:
+                        cache[key] = _read(store, t)
+                        out.unique_bytes += t.segment.length
+                    model[name] = cache[key]
+                    progress.update(t.segment.length)
+                out.models[ref] = model
+        finally:
+            progress.finish()
+    finally:
+        store.close()
+    return out
+
+
+def load_state_dict(ref: str, lineage: Lineage | None = None) -> StateDict:
+    """One model version's tensors."""
+    return load_models([ref], lineage).models[ref]
+
+
+def save_tensors(state: Mapping[str, torch.Tensor], path: str) -> None:
+    """A safetensors file (for handing results between processes: never a pickle)."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().to("cpu").contiguous() for k, v in state.items()}, path)
+
+
+def read_tensors(path: str) -> StateDict:
+    from safetensors.torch import load_file
+
+    return load_file(path)

@@ -1,0 +1,121 @@
+"""A worker process: runs the user's tests and creation functions, one JSON job per line.
+
+    python -m git_mgit.runtime.worker REPO_ROOT
+
+Jobs arrive on stdin, one JSON object per line; each gets one JSON line
+back on the process's original stdout. Everything the user's code prints
+goes to stderr instead, so it cannot corrupt the answers. Models cross the
+process boundary as version ids (in) and safetensors files (out): JSON and
+safetensors only, never a pickle.
+
+    {"kind": "test", "function": "checks:accuracy", "model": MODEL}
+        -> {"ok": true, "metrics": {"accuracy": 0.93}}
+    {"kind": "create", "function": "train:finetune", "parents": [MODEL, ...],
+     "outputs": {"NAME": "/tmp/out.safetensors", ...}, "group": false}
+        -> {"ok": true}
+    MODEL = {"version": "<id>", "architecture": "nets:MLP" | null}
+
+A failing job answers {"ok": false, "error": "..."} and the worker goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from git_mgit.gitcmd import find_repo
+from git_mgit.lineage.api import Lineage
+from git_mgit.runtime import callables
+from git_mgit.runtime.loading import load_state_dict, save_tensors
+
+
+def _materialize(spec: Mapping, lin: Lineage, root: Path, train: bool) -> object:
+    """A torch module of the declared architecture holding the version's weights, else its state dict."""
+    state = load_state_dict(spec["version"], lin)
+    if not spec.get("architecture"):
+        return state
+    module = callables.load(spec["architecture"], root)()
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(
+            f"{spec['architecture']} returned {type(module).__name__}, not a torch.nn.Module"
+        )
+    module.load_state_dict(state, assign=True)
+    return module.train(train)
+
+
+def _as_state(value: object, what: str) -> dict[str, torch.Tensor]:
+    if isinstance(value, torch.nn.Module):
+        return dict(value.state_dict())
+    if isinstance(value, Mapping) and all(isinstance(v, torch.Tensor) for v in value.values()):
+        return dict(value)
+    raise TypeError(
+        f"{what} returned {type(value).__name__}: return a torch.nn.Module or a state dict"
+    )
+
+
+def _metrics(value: object, function: str) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{function} returned {type(value).__name__}: return a dict of metrics")
+    out = {}
+    for k, v in value.items():
+        number = float(v.item() if isinstance(v, torch.Tensor) else v)
+        out[str(k)] = number if math.isfinite(number) else str(number)  # JSON has no NaN
+    return out
+
+
+def handle(job: Mapping, lin: Lineage, root: Path) -> dict:
+    fn = callables.load(job["function"], root)
+    if job["kind"] == "test":
+        with torch.no_grad():
+            return {
+                "ok": True,
+                "metrics": _metrics(
+                    fn(_materialize(job["model"], lin, root, False)), job["function"]
+                ),
+            }
+    parents = [_materialize(p, lin, root, True) for p in job["parents"]]
+    made = fn(*parents)
+    outputs: Mapping[str, str] = job["outputs"]
+    if job.get("group"):
+        if not isinstance(made, Mapping) or set(made) != set(outputs):
+            raise TypeError(
+                f"{job['function']} must return {{name: model}} for exactly {sorted(outputs)}"
+            )
+        for name, path in outputs.items():
+            save_tensors(_as_state(made[name], job["function"]), path)
+    else:
+        ((_, path),) = outputs.items()
+        save_tensors(_as_state(made, job["function"]), path)
+    return {"ok": True}
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[0]).resolve()
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # the user's prints go to stderr
+    sys.stdout = sys.stderr
+    lin = Lineage(find_repo(root))
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            if job["kind"] == "create":
+                lin.reload()  # a cascade commits the parents this job builds on
+            answer = handle(job, lin, root)
+        except Exception as exc:
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            if os.environ.get("GIT_MGIT_DEBUG") == "1":
+                traceback.print_exc()
+            answer = {"ok": False, "error": detail}
+        answers.write(json.dumps(answer) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

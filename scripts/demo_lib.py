@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
-import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from demo_runtime import runtime
+from demo_shell import DemoFailure, Shell, heading, note
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -28,54 +27,6 @@ CHECKPOINT = "model.safetensors"
 FEATURES, HIDDEN, CLASSES = 32, 1024, 8
 TRAIN_SAMPLES, TEST_SAMPLES, BATCH = 8192, 2048, 128
 SEED = 0
-
-
-class DemoFailure(Exception):
-    """A command or a check failed; the message says which and why."""
-
-
-class Shell:
-    """Runs commands in the demo's isolated environment, echoed like a terminal session."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        home = root / "home"
-        home.mkdir()
-        # Inherited GIT_* variables (GIT_DIR when run from a hook, say) would
-        # point commands at the user's repository: drop them all.
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        self.env |= {
-            "HOME": str(home),
-            "XDG_CONFIG_HOME": str(home / ".config"),
-            "GIT_CONFIG_GLOBAL": str(home / ".gitconfig"),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_TERMINAL_PROMPT": "0",
-        }
-
-    def run(self, *args: str, cwd: str = "", show: bool = True) -> str:
-        """Run one command in root/cwd and return its stdout; raise DemoFailure if it fails."""
-        if show:
-            print(f"{cwd}$ {shlex.join(args)}")
-        proc = subprocess.run(
-            args, cwd=self.root / cwd, env=self.env, capture_output=True, text=True, check=False
-        )
-        if show:
-            for line in (proc.stdout + proc.stderr).splitlines():
-                print(f"    {line}")
-        if proc.returncode != 0:
-            output = "" if show else f":\n{proc.stdout}{proc.stderr}"
-            raise DemoFailure(
-                f"`{shlex.join(args)}` in {cwd or '.'} exited {proc.returncode}{output}"
-            )
-        return proc.stdout
-
-
-def heading(text: str) -> None:
-    print(f"\n=== {text} ===")
-
-
-def note(text: str) -> None:
-    print(f"# {text}")
 
 
 def sha256(path: Path) -> str:
@@ -298,7 +249,7 @@ for name, t in pruned.items():
     if t.dim() == 2:
         t[t.abs() < t.abs().median()] = 0
 commit_model(pruned, "pruned.safetensors", message="Prune 50%",
-             parents=["finetuned"], function="derive:prune", name="pruned")
+             parents=["finetuned"], function="derive:prune", name="pruned-50")
 """
 
 
@@ -306,7 +257,14 @@ def lineage(sh: Shell) -> None:
     heading("6. Lineage: derive models in code, then look at the graph")
     note("name the last training checkpoint: a version of model.safetensors")
     sh.run(
-        "git", "mgit", "lineage", "add-node", "HEAD:model.safetensors", "--name", "base", cwd="work"
+        "git",
+        "mgit",
+        "lineage",
+        "add-node",
+        "HEAD:model.safetensors",
+        "--name",
+        "trained",
+        cwd="work",
     )
     (sh.root / "work" / "derive.py").write_text(DERIVE_SCRIPT)
     sh.run("git", "add", "derive.py", cwd="work")
@@ -318,7 +276,7 @@ def lineage(sh: Shell) -> None:
     sh.run("git", "log", "--oneline", "-3", cwd="work")
     note("the lineage graph: version edges from history, provenance edges from the notes")
     sh.run("git", "mgit", "graph", cwd="work")
-    sh.run("git", "mgit", "diff", "base", "pruned", cwd="work")
+    sh.run("git", "mgit", "diff", "trained", "pruned-50", cwd="work")
     sh.run("git", "mgit", "graph", "--format", "html", "-o", "lineage.html", cwd="work")
     sh.run("git", "push", "--quiet", "origin", "main", cwd="work")
     note("the notes travelled with the push: a fresh clone shows the same graph")
@@ -330,7 +288,7 @@ def lineage(sh: Shell) -> None:
     )
     if mine != theirs:
         raise DemoFailure("the clone's lineage graph differs from the original's")
-    sh.run("git", "mgit", "log", "pruned", cwd="clone2")
+    sh.run("git", "mgit", "log", "pruned-50", cwd="clone2")
     note(
         "lineage.html is one self-contained file to open in a browser (scripts/demo --keep keeps it)"
     )
@@ -363,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         clone_and_verify(sh, originals, accuracy_final)
         summary(sh, originals)
         lineage(sh)
+        runtime(sh)
     except DemoFailure as exc:
         print(f"\ndemo FAILED: {exc}\ndemo: left {root} in place to inspect", file=sys.stderr)
         return 1

@@ -111,5 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     except MgitError as exc:
         print(f"git-mgit: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        print(
+            f"git-mgit: `git mgit {args.command}` needs PyTorch: pip install 'git-mgit[runtime]'",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         return 130

@@ -5,13 +5,14 @@
           ->  pruned
           ->  head-x, head-y (an MTL group: one function makes both)
 
-User code (nets.py, train.py, checks.py) lives in the repository, as it
-would for a user; creation functions and tests are `module:callable`
+User code (nets.py, the demo zoo's MLP and data; train.py; checks.py)
+lives in the repository, as it would for a user; creation functions and tests are `module:callable`
 references in mgit.toml.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -23,25 +24,7 @@ from git_mgit.lineage import Lineage, commit_model
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo
 
-NETS = """
-import torch
-
-
-class MLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l1 = torch.nn.Linear(8, 16)
-        self.l2 = torch.nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.l2(torch.relu(self.l1(x)))
-
-
-def data(seed=0, n=64):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 8, generator=g)
-    return x, (x[:, :4].argmax(dim=1))
-"""
+ZOO = Path(__file__).parents[1] / "scripts" / "demo_zoo"  # the demo's MLP and data
 
 TRAIN = '''
 import os
@@ -50,35 +33,23 @@ from pathlib import Path
 
 import torch
 
-from nets import MLP, data
-
-
-def _fit(model, steps=5, freeze=()):
-    x, y = data(1)
-    for name, p in model.named_parameters():
-        p.requires_grad_(not name.startswith(freeze))
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
-    for _ in range(steps):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    return model
+from nets import MLP, fit
 
 
 def finetune(parent):
     _log("finetune")
-    return _fit(parent)
+    return fit(parent, seed=1, steps=5)
 
 
 def frozen(parent):
     _log("frozen")
-    return _fit(parent, freeze=("l1.",))
+    return fit(parent, seed=2, steps=5, freeze=("body.",))
 
 
 def prune(parent):
     _log("prune")
     state = {k: v.clone() for k, v in parent.state_dict().items()}
-    w = state["l1.weight"]
+    w = state["body.weight"]
     w[w.abs() < w.abs().median()] = 0
     return state
 
@@ -86,13 +57,13 @@ def prune(parent):
 def heads(parent):
     """An MTL group: two heads trained on one shared body."""
     _log("heads")
-    body = _fit(parent, steps=2)
+    body = fit(parent, seed=3, steps=2)
     out = {}
     for i, name in enumerate(["head-x", "head-y"]):
         m = MLP()
         m.load_state_dict(body.state_dict())
         with torch.no_grad():
-            m.l2.bias.add_(i + 1)
+            m.head.bias.add_(i + 1)
         out[name] = m
     return out
 
@@ -121,18 +92,18 @@ def _log(what):
 CHECKS = '''
 import torch
 
-from nets import data
+from nets import task
 
 
 def accuracy(model):
-    x, y = data(2)
+    x, y = task(seed=0)
     return {"accuracy": (model(x).argmax(dim=1) == y).float().mean().item()}
 
 
 def fp16_finite(model):
     """Activations must stay finite in float16 (the T5 overflow bug)."""
-    x, _ = data(3)
-    out = model.half()(x.half() * 100)
+    x, _ = task(seed=0)
+    out = model.half()(x.half())
     return {"finite": float(torch.isfinite(out).all())}
 
 
@@ -140,76 +111,38 @@ def raises(model):
     raise ValueError("no validation set")
 '''
 
-CONFIG = """
-[types.mlp]
-architecture = "nets:MLP"
-
-[models.base]
-path = "models/base.safetensors"
-type = "mlp"
-
-[models.ft-a]
-path = "models/ft-a.safetensors"
-type = "mlp"
-parents = ["base"]
-creation = "train:finetune"
-
-[models.ft-b]
-path = "models/ft-b.safetensors"
-type = "mlp"
-parents = ["base"]
-creation = "train:frozen"
-
-[models.grand]
-path = "models/grand.safetensors"
-type = "mlp"
-parents = ["ft-a"]
-creation = "train:finetune"
-
-[models.pruned]
-path = "models/pruned.safetensors"
-type = "mlp"
-parents = ["base"]
-creation = "train:prune"
-
-[models.head-x]
-path = "models/head-x.safetensors"
-type = "mlp"
-parents = ["base"]
-
-[models.head-y]
-path = "models/head-y.safetensors"
-type = "mlp"
-parents = ["base"]
-
-[groups.heads]
-models = ["head-x", "head-y"]
-creation = "train:heads"
-
-[tests.accuracy]
-function = "checks:accuracy"
-types = "mlp"
-pass = "accuracy >= 0.0"
-
-[tests.fp16]
-function = "checks:fp16_finite"
-pass = "finite == 1"
-"""
+# (model, parent, creation function); head-x and head-y come from the group's function
+LINEAGE = [
+    ("base", None, None),
+    ("ft-a", "base", "train:finetune"),
+    ("ft-b", "base", "train:frozen"),
+    ("grand", "ft-a", "train:finetune"),
+    ("pruned", "base", "train:prune"),
+    ("head-x", "base", None),
+    ("head-y", "base", None),
+]
 
 
-def mlp_state(seed: int) -> dict[str, torch.Tensor]:
-    torch.manual_seed(seed)
-    layers = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
-    return {
-        "l1.weight": layers[0].weight.detach(),
-        "l1.bias": layers[0].bias.detach(),
-        "l2.weight": layers[1].weight.detach(),
-        "l2.bias": layers[1].bias.detach(),
-    }
+def _declaration(name: str, parent: str | None, creation: str | None) -> str:
+    lines = [f"[models.{name}]", f'path = "models/{name}.safetensors"', 'type = "mlp"']
+    lines += [f'parents = ["{parent}"]'] if parent else []
+    lines += [f'creation = "{creation}"'] if creation else []
+    return "\n".join(lines) + "\n"
+
+
+CONFIG = "\n".join(
+    [
+        '[types.mlp]\narchitecture = "nets:MLP"\n',
+        *(_declaration(*row) for row in LINEAGE),
+        '[groups.heads]\nmodels = ["head-x", "head-y"]\ncreation = "train:heads"\n',
+        '[tests.accuracy]\nfunction = "checks:accuracy"\ntypes = "mlp"\npass = "accuracy >= 0.0"\n',
+        '[tests.fp16]\nfunction = "checks:fp16_finite"\npass = "finite == 1"\n',
+    ]
+)
 
 
 def write_user_code(repo: Path, config: str = CONFIG) -> None:
-    (repo / "nets.py").write_text(textwrap.dedent(NETS))
+    shutil.copyfile(ZOO / "nets.py", repo / "nets.py")
     (repo / "train.py").write_text(textwrap.dedent(TRAIN))
     (repo / "checks.py").write_text(textwrap.dedent(CHECKS))
     (repo / "mgit.toml").write_text(config.lstrip())
@@ -233,7 +166,8 @@ def family(repo: Path) -> Path:
             m.load_state_dict(state)
             return m
 
-        base = mlp_state(0)
+        torch.manual_seed(0)
+        base = nets.MLP().state_dict()
         commit_model(base, repo / "models/base.safetensors", "base", lineage=lin)
         made = {
             "ft-a": train.finetune(module(base)).state_dict(),

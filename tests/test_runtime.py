@@ -137,7 +137,7 @@ def test_bisect_finds_the_planted_fp16_overflow(repo: Path) -> None:
     for step in range(12):
         state = {k: v * 1.01 for k, v in load_file(path).items()}
         if step == 7:
-            state["l2.weight"] = state["l2.weight"] * 3000  # overflows in float16
+            state["head.bias"] = state["head.bias"] + 70000  # float16 cannot hold it
         made.append(commit_model(state, path, f"grand step {step}", lineage=lin).version)
     planted = made[7]
 
@@ -193,11 +193,11 @@ def test_cascade_rederives_every_descendant_in_parallel(repo: Path, tmp_path: Pa
     run_git("checkout", "-q", branch, cwd=repo)
     base = load_file(repo / "models/base.safetensors")
     frozen = load_file(repo / "models/ft-b.safetensors")
-    assert torch.equal(frozen["l1.weight"], base["l1.weight"])  # derived from the new base
-    assert not torch.equal(frozen["l2.weight"], base["l2.weight"])
+    assert torch.equal(frozen["body.weight"], base["body.weight"])  # derived from the new base
+    assert not torch.equal(frozen["head.weight"], base["head.weight"])
     hx, hy = (load_file(repo / f"models/head-{h}.safetensors") for h in "xy")
-    assert torch.equal(hx["l1.weight"], hy["l1.weight"])  # one MTL call: a shared body
-    assert torch.allclose(hy["l2.bias"] - hx["l2.bias"], torch.ones(4))
+    assert torch.equal(hx["body.weight"], hy["body.weight"])  # one MTL call: a shared body
+    assert torch.allclose(hy["head.bias"] - hx["head.bias"], torch.ones(4))
     mgit("fsck", cwd=repo)
     merged = mgit("cascade", "base", cwd=repo)  # the branch holds no old version: no work
     assert "nothing to re-derive" in merged.stdout
@@ -294,12 +294,12 @@ def test_load_models_shares_equal_tensors(repo: Path) -> None:
     lin = lineage(repo)
     loaded = load_models(["base", "ft-b", "ft-a"], lin)
     base, frozen, full = (loaded.models[m] for m in ("base", "ft-b", "ft-a"))
-    for name in ("l1.weight", "l1.bias"):  # frozen while fine-tuning ft-b
+    for name in ("body.weight", "body.bias"):  # frozen while fine-tuning ft-b
         assert frozen[name].data_ptr() == base[name].data_ptr()
-    assert full["l1.weight"].data_ptr() != base["l1.weight"].data_ptr()
+    assert full["body.weight"].data_ptr() != base["body.weight"].data_ptr()
     for name, t in frozen.items():
         assert torch.equal(t, load_file(repo / "models/ft-b.safetensors")[name])
     one = sum(t.numel() * t.element_size() for t in base.values())
-    shared = base["l1.weight"].nbytes + base["l1.bias"].nbytes
+    shared = base["body.weight"].nbytes + base["body.bias"].nbytes
     assert loaded.total_bytes == 3 * one and loaded.saved_bytes == shared
     assert loaded.shared_tensors == 2 and "saved" in loaded.summary()

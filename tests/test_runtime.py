@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from git_mgit.gitcmd import find_repo
-from git_mgit.lineage import Lineage, commit_model
+from git_mgit.lineage import Lineage, commit_model, records
 from git_mgit.lineage.graph import PROVENANCE, VERSION
 from git_mgit.runtime import load_models
 from tests.gitsandbox import run_git
@@ -105,6 +105,14 @@ def test_selection_table_and_traversal(repo: Path) -> None:
     rows = [line for line in out.splitlines() if line.startswith("ft-")]
     assert len(rows) == 4 and all(" pass " in row for row in rows)  # ft-a, ft-b x 2 tests
     assert "4 passed, 0 failed, 0 errors" in out
+
+
+def test_pending_runs_the_tests_of_merges_marked_possible_conflicts(repo: Path) -> None:
+    lin = lineage(repo)
+    merged = lin.resolve("ft-a").id
+    lin._write({merged: [records.make("possible_conflict", ours="a", theirs="b")]}, "mark")
+    rows = json.loads(mgit("test", "--pending", "--json", cwd=repo).stdout)
+    assert {(r["version"], r["test"]) for r in rows} == {(merged, "accuracy"), (merged, "fp16")}
 
 
 def test_failing_and_raising_tests_and_unknown_model(repo: Path) -> None:
@@ -278,13 +286,21 @@ def test_cascade_stops_at_a_bad_creation_function(
     assert len(cascade_commits(repo, branch)) == len(MODELS)
 
 
-def test_cascade_skip_and_stop(repo: Path) -> None:
-    update_base(repo)
-    plan = mgit("cascade", "base", "--skip", "pruned", "--stop", "ft-a", "-n", cwd=repo).stdout
+def test_cascade_skip_stop_to_and_branch(repo: Path) -> None:
+    old = {m: lineage(repo).resolve(m).id for m in MODELS}
+    new_base = update_base(repo)
+    update_base(repo, 0.5)  # a later version: --to picks the one in between
+    args = ["--to", new_base, "--skip", "pruned|head", "--stop", "ft-a", "--branch", "mine"]
+    plan = mgit("cascade", "base", *args, "-n", cwd=repo).stdout
     listed = [line.split()[0].rstrip(",") for line in plan.splitlines()[1:]]
-    assert "grand" not in listed  # below a --stop
-    assert "pruned" in listed and "(skipped)" in plan
-    assert {"ft-a", "ft-b", "head-x"} <= set(listed)
+    assert sorted(listed) == ["ft-a", "ft-b", "head-x", "head-y", "pruned"]  # grand: below --stop
+    assert plan.count("(skipped)") == 3
+
+    mgit("cascade", "base", *args, cwd=repo)
+    assert cascade_commits(repo, "mine") == Counter({old["ft-a"]: 1, old["ft-b"]: 1})
+    lin = lineage(repo)
+    made = lin.resolve("mine:models/ft-b.safetensors").id
+    assert lin.graph.parents(made, (PROVENANCE,)) == [new_base]
 
 
 # -- shared-weight loading ----------------------------------------------------------------------

@@ -155,6 +155,12 @@ def plan(
                     frontier.append(child)
     skipped = [v for v in found if matches(skip, v)]
     chosen = [v for v in found if v not in skipped]
+    folders = [held[v] for v in chosen if held[v] in lin.config.folders()]
+    if folders:
+        raise CascadeError(
+            f"{', '.join(folders)}: cascades re-derive single-file models, not model folders "
+            "(yet); leave them out with --skip"
+        )
 
     units: dict[str, Unit] = {}  # keyed by group name or version id
     by_path = {p: v for v, p in held.items()}

@@ -67,6 +67,17 @@ def test_names_are_unique(family) -> None:
         lin.add_node(family["base2"], name="base")
 
 
+def test_a_name_and_a_declared_model_for_different_files_is_an_error(family) -> None:
+    Path("mgit.toml").write_text('[models.base]\npath = "base.safetensors"\n')
+    lin = Lineage()
+    lin.add_node(family["base1"], name="base")  # a version of the same file: the name wins
+    assert lin.resolve("base").id == family["base1"]
+    lin.add_node(family["ft"], name="tuned")
+    Path("mgit.toml").write_text('[models.tuned]\npath = "other.safetensors"\n')
+    with pytest.raises(UnknownModel, match=r"both the name of a version of ft\.safetensors"):
+        Lineage().resolve("tuned")
+
+
 def test_add_edge_records_function_and_code_commit(family) -> None:
     lin = Lineage()
     lin.add_node(family["base1"], name="base")

@@ -71,6 +71,12 @@ def resolve(repo: Repo, g: Graph, config: RepoConfig, ref: str) -> Version:
             )
         if named:
             found = named[0], g.nodes[named[0]].path
+            declared = config.models.get(ref)
+            if declared is not None and declared.path.rstrip("/") != found[1]:
+                raise UnknownModel(
+                    f"{ref!r} is both the name of a version of {found[1]} and a model in "
+                    f"mgit.toml ({declared.path}); rename one, or use REV:PATH"
+                )
     if found is None and ref in config.models:
         path = config.models[ref].path.rstrip("/")
         found = _at_path(repo, path)

@@ -1,0 +1,84 @@
+"""Storage by model, by tensor, by codec and by delta chain depth, over every branch and tag.
+
+git mgit du                    # the whole history
+git mgit du --rev main --top 5
+git mgit du --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from git_mgit.gitcmd import find_repo
+from git_mgit.lineage.history import HISTORY_REVS
+from git_mgit.progress import format_size
+from git_mgit.repoconfig import load as load_config
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.usage import Row, Usage, measure
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rev", action="append", help="only this revision's history (repeat)")
+    parser.add_argument("--top", type=int, default=10, help="tensors to list (default 10)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _ratio(r: Row) -> str:
+    return f"{r.raw / r.stored:.2f}x" if r.stored else "-"
+
+
+def _table(title: str, unit: str, rows: list[tuple[str, Row]]) -> None:
+    width = max([len(title), *(len(name) for name, _ in rows)])
+    print(f"{title:<{width}}  {unit:>8} {'raw':>10} {'stored':>10} {'ratio':>7}")
+    for name, r in rows:
+        print(
+            f"{name:<{width}}  {r.count:>8} {format_size(r.raw):>10} "
+            f"{format_size(r.stored):>10} {_ratio(r):>7}"
+        )
+    print()
+
+
+def _as_json(u: Usage) -> dict:
+    def rows(d: dict) -> list[dict]:
+        return [{"name": k, **vars(r)} for k, r in d.items()]
+
+    return {
+        "models": rows(u.models),
+        "tensors": [{"model": m, "tensor": t, **vars(r)} for (m, t), r in u.tensors.items()],
+        "codecs": rows(u.codecs),
+        "depths": {str(d): n for d, n in sorted(u.depths.items())},
+        "missing": u.missing,
+        "stored": u.stored,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    repo = find_repo()
+    store = ChunkStore(repo)
+    try:
+        folders = load_config(repo.worktree).folders()
+        usage = measure(repo, store, folders, args.rev or HISTORY_REVS)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(_as_json(usage), indent=2))
+        return 0
+    if not usage.models:
+        print("no model versions in this history (see `git mgit track`)")
+        return 0
+    by_size = sorted(usage.models.items(), key=lambda kv: -kv[1].stored)
+    _table("model", "versions", by_size)
+    tensors = sorted(usage.tensors.items(), key=lambda kv: -kv[1].stored)[: args.top]
+    _table(f"top {len(tensors)} tensors", "objects", [(f"{m} {t}", r) for (m, t), r in tensors])
+    _table("codec", "objects", sorted(usage.codecs.items(), key=lambda kv: -kv[1].stored))
+    depths = ", ".join(f"{d}: {n}" for d, n in sorted(usage.depths.items()))
+    print(f"delta chain depth (objects): {depths}")
+    total_raw = sum(r.raw for r in usage.models.values())
+    print(
+        f"total: {format_size(usage.stored)} stored for {format_size(total_raw)} of model "
+        f"versions as whole files ({total_raw / max(usage.stored, 1):.2f}x)"
+    )
+    if usage.missing:
+        print(f"{usage.missing} object(s) are not here: `git mgit fetch` brings them")
+    return 0

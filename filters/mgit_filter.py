@@ -36,8 +36,7 @@ class MgitFilter:
         self._fetched = False
 
     def _prepare(self) -> None:
-        importlib.import_module("git_mgit.codecs.codec")
-        importlib.import_module("git_mgit.codecs.decoder")
+        importlib.import_module("git_mgit.codecs.codec")  # and the decoder, which it imports
         try:
             from git_mgit import setup
 

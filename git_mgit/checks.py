@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from git_mgit import manifest as mf
-from git_mgit import repoconfig
+from git_mgit.dtypes import DTYPES
 from git_mgit.errors import MgitError, NotSafetensors
 from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
 from git_mgit.safetensors_format import header_length, parse_header
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.tensorstats import WINDOW, Collector
 from git_mgit.tracked import filters
 
 CHECKS = ("tracked", "header", "finite", "objects")
@@ -53,22 +52,27 @@ class Report:
         self.problems.append(f"{path}: {message}")
 
 
-def _allowed_nonfinite(repo: Repo, path: str) -> bool:
-    patterns = repoconfig.load(repo.worktree).allow_nonfinite
-    return any(fnmatch.fnmatchcase(path, p) for p in patterns)
+def _nonfinite_allowed(repo: Repo, wanted: set[str]) -> list[str]:
+    """mgit.toml's `allow-nonfinite` patterns (read only when the finite check runs)."""
+    if "finite" not in wanted:
+        return []
+    from git_mgit import repoconfig
+
+    return repoconfig.load(repo.worktree).allow_nonfinite
+
+
+def _finite_checked(path: str, wanted: set[str], allowed: list[str]) -> bool:
+    return "finite" in wanted and not any(fnmatch.fnmatchcase(path, p) for p in allowed)
 
 
 def _nonfinite(dtype: str, pieces: Iterable[bytes | memoryview]) -> tuple[int, int]:
-    collector = Collector(dtype)
-    for piece in pieces:
-        collector.feed(piece)
-    stats = collector.finish()
+    from git_mgit.tensorstats import collect  # numpy: only when a tensor is checked
+
+    stats = collect(dtype, pieces)
     return stats.nan, stats.inf
 
 
 def _is_float(dtype: str | None) -> bool:
-    from git_mgit.dtypes import DTYPES
-
     info = DTYPES.get(dtype or "")
     return info is not None and info.kind in ("float", "complex")
 
@@ -90,17 +94,12 @@ def staged_paths(repo: Repo) -> list[str]:
     return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
 
 
-def _blob(repo: Repo, rev: str) -> bytes | None:
-    data = repo.git_bytes("cat-file", "blob", rev, check=False)
-    return data if data else None
-
-
-def _manifest(repo: Repo, rev: str) -> mf.Manifest | None:
-    data = _blob(repo, rev)
+def _manifest(store: ChunkStore, rev: str) -> mf.Manifest | None:
+    data = store.reader.read(rev)
     if data is None or not mf.looks_like_manifest(data):
         return None
     try:
-        return mf.parse(data)
+        return mf.parse(bytes(data))
     except mf.ManifestError:
         return None
 
@@ -111,6 +110,7 @@ def check_staged(repo: Repo, wanted: Iterable[str] = CHECKS) -> Report:
     report = Report()
     paths = staged_paths(repo)
     attrs = filters(repo, paths)
+    allowed = _nonfinite_allowed(repo, wanted)
     store = ChunkStore(repo)
     try:
         for path in paths:
@@ -118,23 +118,23 @@ def check_staged(repo: Repo, wanted: Iterable[str] = CHECKS) -> Report:
                 report.add(path, _untracked(path))
             if attrs[path] != "mgit":
                 continue
-            m = _manifest(repo, ":" + path)
+            m = _manifest(store, ":" + path)
             if m is None:
                 continue  # staged before tracking began, or a merge in progress: git's own business
-            prior = _manifest(repo, "HEAD:" + path)
-            _check_manifest(repo, store, path, m, prior, wanted, report)
+            prior = _manifest(store, "HEAD:" + path)
+            _check_manifest(store, path, m, prior, wanted, allowed, report)
     finally:
         store.close()
     return report
 
 
 def _check_manifest(
-    repo: Repo,
     store: ChunkStore,
     path: str,
     m: mf.Manifest,
     prior: mf.Manifest | None,
     wanted: set[str],
+    allowed: list[str],
     report: Report,
 ) -> None:
     if "header" in wanted and m.kind == "opaque" and path.endswith(SUFFIX):
@@ -153,7 +153,7 @@ def _check_manifest(
             f"{len(missing)} staged tensor object(s) are missing; re-add the file with `git add {path}`",
         )
         return
-    finite = "finite" in wanted and not _allowed_nonfinite(repo, path)
+    finite = _finite_checked(path, wanted, allowed)
     progress = Progress(f"git-mgit: checking {path}", sum(c.length for c in new))
     try:
         for seg in m.segments:
@@ -203,6 +203,7 @@ def check_files(repo: Repo, files: list[str], wanted: Iterable[str] = CHECKS) ->
     root = repo.worktree or Path.cwd()
     rel = {f: Path(f).resolve().relative_to(root.resolve()).as_posix() for f in files}
     attrs = filters(repo, list(rel.values()))
+    allowed = _nonfinite_allowed(repo, wanted)
     store = ChunkStore(repo) if "objects" in wanted else None
     try:
         for f, path in rel.items():
@@ -212,18 +213,20 @@ def check_files(repo: Repo, files: list[str], wanted: Iterable[str] = CHECKS) ->
             if "tracked" in wanted and filt in _NO_FILTER:
                 report.add(path, _untracked(path))
             if wanted & {"header", "finite"}:
-                _check_file(repo, Path(f), path, wanted, report)
+                _check_file(Path(f), path, wanted, allowed, report)
             if store is not None and filt == "mgit":
-                m, prior = _manifest(repo, ":" + path), _manifest(repo, "HEAD:" + path)
+                m, prior = _manifest(store, ":" + path), _manifest(store, "HEAD:" + path)
                 if m is not None:
-                    _check_manifest(repo, store, path, m, prior, {"objects"}, report)
+                    _check_manifest(store, path, m, prior, {"objects"}, allowed, report)
     finally:
         if store is not None:
             store.close()
     return report
 
 
-def _check_file(repo: Repo, file: Path, path: str, wanted: set[str], report: Report) -> None:
+def _check_file(
+    file: Path, path: str, wanted: set[str], allowed: list[str], report: Report
+) -> None:
     with file.open("rb") as f:
         prefix = f.read(8)
         try:
@@ -236,20 +239,11 @@ def _check_file(repo: Repo, file: Path, path: str, wanted: set[str], report: Rep
             if "header" in wanted:
                 report.add(path, f"not a valid safetensors file ({exc})")
             return
-        if "finite" not in wanted or _allowed_nonfinite(repo, path):
+        if not _finite_checked(path, wanted, allowed):
             return
+        from git_mgit.tensorstats import file_pieces
+
         for t in header.tensors:
             if _is_float(t.dtype):
-                f.seek(t.begin)
-                _say_nonfinite(
-                    report, path, t.name, *_nonfinite(t.dtype, _read(f, t.end - t.begin))
-                )
-
-
-def _read(f, n: int) -> Iterator[bytes]:
-    while n > 0:
-        piece = f.read(min(n, WINDOW * 8))
-        if not piece:
-            return
-        n -= len(piece)
-        yield piece
+                pieces = file_pieces(f, t.begin, t.end - t.begin, t.dtype)
+                _say_nonfinite(report, path, t.name, *_nonfinite(t.dtype, pieces))

@@ -114,3 +114,42 @@ def nbytes(dtype: str | DType, shape: Sequence[int]) -> int:
     if bits % 8:
         raise ValueError(f"{info.name} shape {tuple(shape)} holds {bits} bits, not whole bytes")
     return bits // 8
+
+
+# The same element types in numpy (little-endian type codes) and torch (attribute names of
+# the `torch` module); the tables the codecs, merges, `commit_model` and the runtime share.
+NUMPY: dict[str, str] = {
+    "F64": "<f8",
+    "F32": "<f4",
+    "F16": "<f2",
+    "C64": "<c8",
+    "I64": "<i8",
+    "I32": "<i4",
+    "I16": "<i2",
+    "I8": "i1",
+    "U64": "<u8",
+    "U32": "<u4",
+    "U16": "<u2",
+    "U8": "u1",
+    "BOOL": "?",
+}
+TORCH: dict[str, str] = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+    "C64": "complex64",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U64": "uint64",
+    "U32": "uint32",
+    "U16": "uint16",
+    "U8": "uint8",
+    "BOOL": "bool",
+}

@@ -20,23 +20,12 @@ from functools import cache
 
 import numpy as np
 
-from git_mgit.dtypes import DTYPES
+from git_mgit.dtypes import DTYPES, NUMPY
 
-_NUMPY = {
-    "F64": "<f8",
-    "F32": "<f4",
-    "F16": "<f2",
-    "C64": "<c8",
-    "I64": "<i8",
-    "I32": "<i4",
-    "I16": "<i2",
-    "I8": "i1",
-    "U64": "<u8",
-    "U32": "<u4",
-    "U16": "<u2",
-    "U8": "u1",
-    "BOOL": "u1",
-}
+WINDOW = 1 << 20  # elements converted to float64 at a time (diffs, merges, statistics)
+
+# A bool's byte may hold any value in a file: read it as the byte it is.
+_NUMPY = {**NUMPY, "BOOL": "u1"}
 
 
 @cache

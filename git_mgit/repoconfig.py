@@ -274,6 +274,11 @@ def load(worktree: Path | None) -> RepoConfig:
     for name, t in doc.get("tests", {}).items():
         if not isinstance(t, dict) or "function" not in t:
             raise ConfigError(f"{path}: [tests.{name}] needs function = 'module:callable'")
+        if "pass" in t:
+            try:
+                parse_condition(str(t["pass"]))
+            except ConfigError as exc:
+                raise ConfigError(f"{path}: [tests.{name}] {exc}") from exc
     for name, t in doc.get("models", {}).items():
         if not isinstance(t, dict) or "path" not in t:
             raise ConfigError(f"{path}: [models.{name}] needs path = '...'")
@@ -293,11 +298,4 @@ def load(worktree: Path | None) -> RepoConfig:
                     f"{path}: [{section}.{name}] has unknown key(s) {', '.join(extra)}; "
                     f"known: {', '.join(sorted(allowed))}"
                 )
-        if section == "tests":
-            for name, t in doc.get(section, {}).items():
-                if "pass" in t:
-                    try:
-                        parse_condition(str(t["pass"]))
-                    except ConfigError as exc:
-                        raise ConfigError(f"{path}: [tests.{name}] {exc}") from exc
     return RepoConfig(path, doc)

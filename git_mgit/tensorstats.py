@@ -9,13 +9,13 @@ come from stored objects or from a file in the working tree.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 
-from git_mgit.numerics import element_width, to_float64
-
-WINDOW = 1 << 20
+from git_mgit.numerics import WINDOW, element_width, to_float64
 
 
 @dataclass
@@ -94,3 +94,23 @@ class Collector:
             self.stats._fold(self._pending)
             self._pending = bytearray()
         return self.stats
+
+
+def collect(dtype: str, pieces: Iterable[bytes | bytearray | memoryview]) -> Stats:
+    """The statistics of a tensor whose bytes arrive as `pieces`."""
+    collector = Collector(dtype)
+    for piece in pieces:
+        collector.feed(piece)
+    return collector.finish()
+
+
+def file_pieces(f: BinaryIO, offset: int, length: int, dtype: str) -> Iterator[bytes]:
+    """The bytes [offset, offset + length) of an open file, a window of elements at a time."""
+    f.seek(offset)
+    step = WINDOW * (element_width(dtype) or 1)
+    while length > 0:
+        piece = f.read(min(step, length))
+        if not piece:
+            return
+        length -= len(piece)
+        yield piece

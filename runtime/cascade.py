@@ -81,9 +81,9 @@ class Plan:
     units: list[Unit]  # all parents first
     skipped: list[str] = field(default_factory=list)  # names left as they are (--skip)
 
-    def made_by(self) -> dict[str, int]:
-        """old version -> index of the unit that re-derives it."""
-        return {m.old: i for i, u in enumerate(self.units) for m in u.members}
+    def dependencies(self) -> list[set[int]]:
+        """For each unit, the units that make one of its parents."""
+        return _dependencies(self.units)
 
 
 def _function(lin: Lineage, old: str, declared: str | None) -> str | None:
@@ -205,10 +205,14 @@ def plan(
     )
 
 
+def _dependencies(units: list[Unit]) -> list[set[int]]:
+    maker = {m.old: i for i, u in enumerate(units) for m in u.members}
+    return [{maker[p] for p in u.parents if p in maker} for u in units]
+
+
 def _topological(units: list[Unit], lin: Lineage) -> list[Unit]:
     """Units with every unit that makes one of their parents first (commit order among equals)."""
-    maker = {m.old: i for i, u in enumerate(units) for m in u.members}
-    deps = [{maker[p] for p in u.parents if p in maker} for u in units]
+    deps = _dependencies(units)
     out: list[int] = []
     done: set[int] = set()
 
@@ -229,7 +233,6 @@ def _topological(units: list[Unit], lin: Lineage) -> list[Unit]:
 
 @dataclass
 class Outcome:
-    plan: Plan
     made: dict[str, str] = field(default_factory=dict)  # old version -> new version
     resumed: int = 0  # versions found already committed by an earlier run
 
@@ -264,7 +267,7 @@ class _Cascade:
         self.lin, self.plan, self.jobs, self.say = lin, plan, max(1, jobs), say
         self.root = Path(lin.repo.worktree)
         self.renew: dict[str, str] = {plan.old.id: plan.new.id}
-        self.outcome = Outcome(plan)
+        self.outcome = Outcome()
         self.scratch = lin.repo.mgit_dir / "cascades" / plan.cid
 
     def new_parents(self, unit: Unit) -> list[str]:
@@ -333,8 +336,7 @@ class _Cascade:
         done = _committed(self.lin, plan)
         self.scratch.mkdir(parents=True, exist_ok=True)
         remaining: dict[int, list[Member]] = {}  # unit -> members still to commit
-        maker = plan.made_by()
-        deps = [{maker[p] for p in u.parents if p in maker} for u in plan.units]
+        deps = plan.dependencies()
         finished: set[int] = set()
         for i in range(len(plan.units)):  # in dependency order: parents resolve first
             todo = self.resume(plan.units[i], done)

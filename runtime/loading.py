@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from git_mgit import codecs
+from git_mgit import codecs, dtypes
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage import contents
@@ -27,24 +27,7 @@ from git_mgit.progress import Progress, format_size
 from git_mgit.store.chunkstore import ChunkStore
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-    "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
-    "F8_E5M2FNUZ": torch.float8_e5m2fnuz,
-    "C64": torch.complex64,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U64": torch.uint64,
-    "U32": torch.uint32,
-    "U16": torch.uint16,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
+    name: getattr(torch, attr) for name, attr in dtypes.TORCH.items()
 }
 
 StateDict = dict[str, torch.Tensor]

@@ -12,16 +12,8 @@ from dataclasses import dataclass
 
 from git_mgit.lineage import traversal
 from git_mgit.lineage.api import Lineage
-from git_mgit.lineage.graph import EDGE_KINDS
 from git_mgit.store.reader import ObjectReader
 from git_mgit.tracked import tracked_files
-
-TRAVERSALS = {
-    "bfs": (traversal.bfs, EDGE_KINDS),
-    "dfs": (traversal.dfs, EDGE_KINDS),
-    "versions": (traversal.versions, None),
-    "provenance": (traversal.provenance, None),
-}
 
 
 @dataclass(frozen=True)
@@ -80,14 +72,12 @@ def at_revision(lin: Lineage, rev: str) -> list[Target]:
 
 def along(lin: Lineage, starts: list[Target], order: str) -> list[Target]:
     """The versions a traversal visits from each start, each once."""
-    fn, kinds = TRAVERSALS[order]
     seen: dict[str, None] = {}
     for s in starts:
         if s.version not in lin.graph:
             seen[s.version] = None  # not in the graph yet: only itself
             continue
-        walk = fn(lin.graph, s.version, kinds=kinds) if kinds else fn(lin.graph, s.version)
-        seen.update(dict.fromkeys(walk))
+        seen.update(dict.fromkeys(traversal.TRAVERSALS[order](lin.graph, s.version)))
     return [target(lin, v) for v in seen]
 
 

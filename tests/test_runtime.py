@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -37,6 +38,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         mp.setenv("HOME", str(home))
         mp.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
         mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
+        # module-scoped: set up before the per-test isolation that puts git-mgit on PATH
+        mp.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
         for who in ("AUTHOR", "COMMITTER"):
             mp.setenv(f"GIT_{who}_NAME", "Test")
             mp.setenv(f"GIT_{who}_EMAIL", "test@example.invalid")

@@ -22,7 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bad", help="a failing version (default: MODEL's current version)")
     parser.add_argument("--good", action="append", default=[], help="a passing version (repeat)")
     parser.add_argument("--linear", action="store_true", help="test every candidate in turn")
-    parser.add_argument("--jobs", "-j", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

@@ -30,9 +30,9 @@ def run(args: argparse.Namespace) -> int:
     env = {**os.environ, ENV_RULES: rules.to_env()}
     code = subprocess.call(["git", "merge", *rest], env=env)
     if code == 0:
-        from git_mgit.lineage import graph, pending
+        from git_mgit.lineage import history, pending
 
         repo = find_repo()
         if pending.waiting(repo):
-            graph.load(repo)  # records the merge, now in history
+            pending.finalize(repo, history.read(repo).versions)  # the merge is in history now
     return code

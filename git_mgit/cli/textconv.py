@@ -16,17 +16,15 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from git_mgit import config, hashing
 from git_mgit import manifest as mf
 from git_mgit.clean import clean
 from git_mgit.errors import MgitError, NotSafetensors
 from git_mgit.gitcmd import find_repo
-from git_mgit.numerics import element_width
 from git_mgit.progress import format_size
 from git_mgit.safetensors_format import header_length, parse_header
-from git_mgit.tensorstats import WINDOW, Collector
+from git_mgit.tensorstats import collect, file_pieces
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,29 +45,9 @@ def _content_id(seg: mf.Segment) -> str:
     return hashing.to_text(hashing.digest(b"".join(seg.hashes)))[:15]
 
 
-def _figures(seg: mf.Segment, pieces: Iterator[bytes | memoryview]) -> str:
-    assert seg.dtype is not None
-    collector = Collector(seg.dtype)
-    for piece in pieces:
-        collector.feed(piece)
-    return collector.finish().describe()
-
-
 def _from_objects(seg: mf.Segment, store) -> Iterator[bytes | memoryview]:
     for h in seg.hashes:
         yield store.get_raw(h)
-
-
-def _from_file(seg: mf.Segment, f: BinaryIO) -> Iterator[bytes]:
-    f.seek(seg.offset)
-    step = WINDOW * (element_width(seg.dtype or "") or 1)
-    left = seg.length
-    while left:
-        piece = f.read(min(step, left))
-        if not piece:
-            return
-        left -= len(piece)
-        yield piece
 
 
 def listing(m: mf.Manifest, metadata: dict | None, figures) -> str:
@@ -112,7 +90,13 @@ def run(args: argparse.Namespace) -> int:
         meta = None
         if m.kind == "safetensors":
             meta = _metadata(prefix + f.read(header_length(prefix)))
-        sys.stdout.write(listing(m, meta, lambda s: _figures(s, _from_file(s, f))))
+        sys.stdout.write(
+            listing(
+                m,
+                meta,
+                lambda s: collect(s.dtype, file_pieces(f, s.offset, s.length, s.dtype)).describe(),
+            )
+        )
     return 0
 
 
@@ -132,6 +116,6 @@ def _describe_stored(m: mf.Manifest) -> str:
         if m.kind == "safetensors":
             header = next(s for s in m.segments if s.kind == "header")
             meta = _metadata(b"".join(bytes(store.get_raw(h)) for h in header.hashes))
-        return listing(m, meta, lambda s: _figures(s, _from_objects(s, store)))
+        return listing(m, meta, lambda s: collect(s.dtype, _from_objects(s, store)).describe())
     finally:
         store.close()

@@ -162,9 +162,9 @@ def read_header(source: Source) -> ObjectHeader:
 class Level:
     """One object of a chain: its header, and where each frame of each plane lies."""
 
-    def __init__(self, source: Source, header: ObjectHeader | None = None) -> None:
+    def __init__(self, source: Source) -> None:
         self.source = source
-        self.header = hdr = header or read_header(source)
+        self.header = hdr = read_header(source)
         self.op = DELTA_OPS.get(hdr.codec, Op.NONE)
         self._plane_len = hdr.raw_len // hdr.width
         self._frames: list[list[tuple[int, int, int]]] = []  # (mode, offset, stored length)

@@ -71,7 +71,7 @@ class _Ancestry:
         cannot_fail = 0
         for g in good:
             cannot_fail |= self.anc[g]
-        if self.anc[bad] & cannot_fail & self.bit[bad]:
+        if cannot_fail & self.bit[bad]:
             raise BisectError("the bad version is a good version or one of their ancestors")
         self.candidates = self.anc[bad] & ~cannot_fail
 

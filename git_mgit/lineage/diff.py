@@ -35,11 +35,10 @@ import numpy as np
 from git_mgit import codecs
 from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
-from git_mgit.numerics import element_width, to_float64
+from git_mgit.numerics import WINDOW, element_width, to_float64
 from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
 
-WINDOW = 1 << 20  # elements converted to float64 at a time
 STATUSES = ("changed", "added", "removed", "renamed", "matched", "unchanged")
 
 

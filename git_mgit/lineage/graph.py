@@ -174,11 +174,13 @@ def build(
         g.link(Edge(old, new, VERSION, implicit=True, attrs=(("commit", commit),)))
     for oid, recs in winners.items():
         for (kind, other), rec in recs.items():
-            if kind not in EDGE_KINDS or rec.removed:
-                if kind == pending.POSSIBLE_CONFLICT and not rec.removed:
-                    g.possible_conflicts[oid] = rec.fields
-                elif kind == "test" and not rec.removed:
-                    g.test_results.setdefault(oid, {})[other] = rec.fields
+            if rec.removed:
+                continue
+            if kind == pending.POSSIBLE_CONFLICT:
+                g.possible_conflicts[oid] = rec.fields
+            elif kind == "test":
+                g.test_results.setdefault(oid, {})[other] = rec.fields
+            if kind not in EDGE_KINDS:
                 continue
             if kind == PROVENANCE:
                 attrs = tuple(sorted((k, str(v)) for k, v in rec.fields.items() if k != "parent"))

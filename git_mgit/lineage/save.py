@@ -27,7 +27,7 @@ from typing import BinaryIO
 import numpy as np
 from dulwich.index import Index, IndexEntry
 
-from git_mgit import config
+from git_mgit import config, dtypes
 from git_mgit.clean import clean
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
@@ -36,34 +36,8 @@ from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.resolve import Version
 from git_mgit.store.chunkstore import ChunkStore
 
-_NUMPY = {
-    "float64": "F64",
-    "float32": "F32",
-    "float16": "F16",
-    "int64": "I64",
-    "int32": "I32",
-    "int16": "I16",
-    "int8": "I8",
-    "uint64": "U64",
-    "uint32": "U32",
-    "uint16": "U16",
-    "uint8": "U8",
-    "bool": "BOOL",
-}
-_TORCH = {
-    "torch.float64": "F64",
-    "torch.float32": "F32",
-    "torch.float16": "F16",
-    "torch.bfloat16": "BF16",
-    "torch.float8_e4m3fn": "F8_E4M3",
-    "torch.float8_e5m2": "F8_E5M2",
-    "torch.int64": "I64",
-    "torch.int32": "I32",
-    "torch.int16": "I16",
-    "torch.int8": "I8",
-    "torch.uint8": "U8",
-    "torch.bool": "BOOL",
-}
+_NUMPY = {np.dtype(code).name: name for name, code in dtypes.NUMPY.items()}  # "float32": "F32"
+_TORCH = {f"torch.{attr}": name for name, attr in dtypes.TORCH.items()}  # "torch.float32": "F32"
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def _whole_file(
     """Files that are not tensor-wise mergeable (opaque, or safetensors on one side only)."""
     s = rules.for_name(WHOLE_FILE)
     if s is not None and not s.arithmetic:
-        kept = {"ours": ours, "theirs": theirs, "base": base}[s.name]
+        kept = s.keep(base, ours, theirs)
         if kept is not None:
             return Outcome(kept, settled=[(WHOLE_FILE, s)])
     why = "the file is not safetensors on every side: keep one version (ours, theirs or base)"
@@ -54,10 +54,9 @@ def merge_manifests(
     path: str = "",
 ) -> Outcome:
     rules = rules or Rules()
-    if ours == theirs or theirs == base:
-        return Outcome(ours, same_as="ours")
-    if ours == base:
-        return Outcome(theirs, same_as="theirs")
+    side = threeway.choose(base, ours, theirs)
+    if side is not None:
+        return Outcome(ours if side == "ours" else theirs, same_as=side)
     if (
         ours.kind != "safetensors"
         or theirs.kind != "safetensors"

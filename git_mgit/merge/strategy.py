@@ -19,6 +19,7 @@ import fnmatch
 import json
 import os
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from git_mgit.errors import MgitError
 KEEP = ("ours", "theirs", "base")
 ARITHMETIC = ("average", "task-arithmetic")
 ENV_RULES = "GIT_MGIT_MERGE_RULES"  # how `git mgit merge` hands its rules to the driver
+
+
+T = TypeVar("T")
 
 
 class StrategyError(MgitError):
@@ -59,6 +63,10 @@ class Strategy:
     @property
     def arithmetic(self) -> bool:
         return self.name in ARITHMETIC
+
+    def keep(self, base: T, ours: T, theirs: T) -> T:
+        """The side a keeping strategy (ours, theirs, base) keeps."""
+        return {"ours": ours, "theirs": theirs, "base": base}[self.name]
 
     @property
     def needs_base(self) -> bool:

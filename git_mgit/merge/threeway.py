@@ -69,7 +69,7 @@ def _change(before: object, after: object) -> str:
     return "removed" if after is None else "changed"
 
 
-def _choose(b: object, o: object, t: object) -> str | None:
+def choose(b: object, o: object, t: object) -> str | None:
     """ours | theirs, or None when the two sides changed it differently."""
     if o == t or t == b:
         return "ours"
@@ -111,7 +111,7 @@ def plan(
     for name in names:
         b, o, t = (v.tensors.get(name) for v in (base, ours, theirs))
         keys = tuple(None if x is None else x.key for x in (b, o, t))
-        side = _choose(*keys)
+        side = choose(*keys)
         if side is not None:
             kept = o if side == "ours" else t
             if keys[1] != keys[0]:
@@ -129,7 +129,7 @@ def plan(
                 result.tensors.append(Pick(name, "ours", o))
             continue
         if not s.arithmetic:
-            kept = {"ours": o, "theirs": t, "base": b}[s.name]
+            kept = s.keep(b, o, t)
             if kept is not None:
                 result.tensors.append(Pick(name, s.name, kept, s))
             result.settled.append((name, s))
@@ -162,7 +162,7 @@ def _merge_metadata(
     keys = list(dict.fromkeys([*ours.metadata, *theirs.metadata, *base.metadata]))
     for key in keys:
         b, o, t = (v.metadata.get(key) for v in (base, ours, theirs))
-        side = _choose(b, o, t)
+        side = choose(b, o, t)
         value = o if side == "ours" else t
         if side is None:
             name = METADATA + key
@@ -172,7 +172,7 @@ def _merge_metadata(
                 result.conflicts.append(Conflict(name, _change(b, o), _change(b, t), reason))
                 value = o
             else:
-                value = {"ours": o, "theirs": t, "base": b}[s.name]
+                value = s.keep(b, o, t)
                 result.settled.append((name, s))
         if value is not None:
             result.metadata[key] = value

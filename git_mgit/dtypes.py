@@ -86,6 +86,21 @@ DTYPES: dict[str, DType] = {
 }
 
 
+def sign_below_exponent(name: str) -> int | None:
+    """The bit just below the exponent of one float (of each part of a complex), else None.
+
+    The byte-plane layout moves the sign bit there (codecs/planes.py), so the
+    top plane of an fp32 or bf16 element is its whole exponent and the sign
+    is the top bit of the next plane. None for types without a sign bit or
+    exponent (integers, bools, F8_E8M0).
+    """
+    d = DTYPES.get(name)
+    if d is None or d.kind not in ("float", "complex") or not d.signed:
+        return None
+    bits = d.bits // 2 if d.kind == "complex" else d.bits
+    return bits - 1 - d.exponent_bits
+
+
 def nbytes(dtype: str | DType, shape: Sequence[int]) -> int:
     """The exact data length safetensors requires for `dtype` and `shape`.
 

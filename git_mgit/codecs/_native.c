@@ -1,17 +1,23 @@
 /* Byte-plane kernels: one pass over a chunk, the GIL released.
 
-   split(src, dst, width, rotate, op, base)
+   split(src, dst, width, sign_at, op, base)
        dst[p * n + i] = byte (width - 1 - p) of word i, where word i is the
        element src[i] transformed by op (0 none, 1 xor base[i], 2 zigzag of
-       src[i] - base[i] with wrapping integer arithmetic), then rotated left
-       by one bit if rotate. n = len(src) / width.
-   join(dst, planes, width, rotate, op, base)
-       the inverse: word i is assembled from planes[p][i], rotated right by
-       one bit if rotate, then op undone against base[i]; written to dst.
+       src[i] - base[i] with wrapping integer arithmetic), then, if sign_at
+       >= 0, with its top (sign) bit moved down to bit sign_at: the bits
+       above sign_at shift up one place, the bits below stay. sign_at 0 is a
+       rotation left by one bit (the layout of objects written before
+       version 2); sign_at just below a float's exponent keeps the exponent
+       in the top plane and the sign in the plane under it, so that a reader
+       of the top planes learns the sign. n = len(src) / width.
+   join(dst, planes, width, sign_at, op, base)
+       the inverse: word i is assembled from planes[p][i], its sign bit moved
+       back to the top if sign_at >= 0, then op undone against base[i];
+       written to dst.
 
    Elements are little-endian words of 1, 2, 4 or 8 bytes. The numpy code in
-   planes.py computes exactly the same bytes (tests hold the two together);
-   this module only makes it one memory pass instead of several. */
+   numpy_planes.py computes exactly the same bytes (tests hold the two
+   together); this module only makes it one memory pass instead of several. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,9 +27,11 @@
 enum { OP_NONE = 0, OP_XOR = 1, OP_SUB = 2 };
 
 #define KERNELS(W, T)                                                                    \
-    static void split_##W(const uint8_t *src, uint8_t *dst, Py_ssize_t n, int rotate,     \
+    static void split_##W(const uint8_t *src, uint8_t *dst, Py_ssize_t n, int sign_at,   \
                           int op, const uint8_t *base)                                   \
     {                                                                                    \
+        const int move = sign_at >= 0, at = move ? sign_at : 0;                          \
+        const T low = (T)(((T)1 << at) - 1), high = (T) ~(T)(low | ((T)1 << at));        \
         for (Py_ssize_t i = 0; i < n; i++) {                                             \
             T x, b;                                                                      \
             memcpy(&x, src + i * W, W);                                                  \
@@ -35,21 +43,25 @@ enum { OP_NONE = 0, OP_XOR = 1, OP_SUB = 2 };
                 T d = (T)(x - b);                                                        \
                 x = (T)((T)(d << 1) ^ (T)(-(T)(d >> (8 * W - 1))));                      \
             }                                                                            \
-            if (rotate)                                                                  \
-                x = (T)((T)(x << 1) | (T)(x >> (8 * W - 1)));                            \
+            if (move)                                                                    \
+                x = (T)(((T)(x << 1) & high) | (T)((T)(x >> (8 * W - 1)) << at) |        \
+                        (T)(x & low));                                                   \
             for (int p = 0; p < W; p++)                                                  \
                 dst[p * n + i] = (uint8_t)(x >> (8 * (W - 1 - p)));                      \
         }                                                                                \
     }                                                                                    \
-    static void join_##W(uint8_t *dst, const uint8_t *const *planes, Py_ssize_t n,        \
-                         int rotate, int op, const uint8_t *base)                        \
+    static void join_##W(uint8_t *dst, const uint8_t *const *planes, Py_ssize_t n,       \
+                         int sign_at, int op, const uint8_t *base)                       \
     {                                                                                    \
+        const int move = sign_at >= 0, at = move ? sign_at : 0;                          \
+        const T low = (T)(((T)1 << at) - 1), high = (T) ~(T)(low | ((T)1 << at));        \
         for (Py_ssize_t i = 0; i < n; i++) {                                             \
             T x = 0, b;                                                                  \
             for (int p = 0; p < W; p++)                                                  \
                 x |= (T)((T)planes[p][i] << (8 * (W - 1 - p)));                          \
-            if (rotate)                                                                  \
-                x = (T)((T)(x >> 1) | (T)(x << (8 * W - 1)));                            \
+            if (move)                                                                    \
+                x = (T)((T)((T)((x >> at) & 1) << (8 * W - 1)) |                         \
+                        (T)((T)(x & high) >> 1) | (T)(x & low));                         \
             if (op == OP_XOR) {                                                          \
                 memcpy(&b, base + i * W, W);                                             \
                 x ^= b;                                                                  \
@@ -66,10 +78,14 @@ KERNELS(2, uint16_t)
 KERNELS(4, uint32_t)
 KERNELS(8, uint64_t)
 
-static int check_args(int width, int op)
+static int check_args(int width, int sign_at, int op)
 {
     if (width != 1 && width != 2 && width != 4 && width != 8) {
         PyErr_SetString(PyExc_ValueError, "width must be 1, 2, 4 or 8");
+        return -1;
+    }
+    if (sign_at < -1 || sign_at >= 8 * width) {
+        PyErr_SetString(PyExc_ValueError, "sign_at must be -1 (keep) or a bit of the element");
         return -1;
     }
     if (op < OP_NONE || op > OP_SUB) {
@@ -103,12 +119,12 @@ static int get_base(PyObject *obj, int op, Py_ssize_t len, Py_buffer *view)
 static PyObject *native_split(PyObject *self, PyObject *args)
 {
     Py_buffer src, dst, base;
-    int width, rotate, op;
+    int width, sign_at, op;
     PyObject *base_obj;
-    if (!PyArg_ParseTuple(args, "y*w*ipiO", &src, &dst, &width, &rotate, &op, &base_obj))
+    if (!PyArg_ParseTuple(args, "y*w*iiiO", &src, &dst, &width, &sign_at, &op, &base_obj))
         return NULL;
     PyObject *result = NULL;
-    if (check_args(width, op) < 0)
+    if (check_args(width, sign_at, op) < 0)
         goto done;
     if (src.len % width || dst.len != src.len) {
         PyErr_SetString(PyExc_ValueError, "dst must be as long as src, a whole number of elements");
@@ -121,10 +137,10 @@ static PyObject *native_split(PyObject *self, PyObject *args)
     uint8_t *d = dst.buf;
     Py_BEGIN_ALLOW_THREADS
     switch (width) {
-    case 1: split_1(s, d, n, rotate, op, b); break;
-    case 2: split_2(s, d, n, rotate, op, b); break;
-    case 4: split_4(s, d, n, rotate, op, b); break;
-    default: split_8(s, d, n, rotate, op, b); break;
+    case 1: split_1(s, d, n, sign_at, op, b); break;
+    case 2: split_2(s, d, n, sign_at, op, b); break;
+    case 4: split_4(s, d, n, sign_at, op, b); break;
+    default: split_8(s, d, n, sign_at, op, b); break;
     }
     Py_END_ALLOW_THREADS
     if (base.obj)
@@ -139,11 +155,11 @@ done:
 static PyObject *native_join(PyObject *self, PyObject *args)
 {
     Py_buffer dst, base, views[8];
-    int width, rotate, op, held = 0;
+    int width, sign_at, op, held = 0;
     PyObject *planes_obj, *base_obj, *seq = NULL, *result = NULL;
-    if (!PyArg_ParseTuple(args, "w*OipiO", &dst, &planes_obj, &width, &rotate, &op, &base_obj))
+    if (!PyArg_ParseTuple(args, "w*OiiiO", &dst, &planes_obj, &width, &sign_at, &op, &base_obj))
         return NULL;
-    if (check_args(width, op) < 0)
+    if (check_args(width, sign_at, op) < 0)
         goto done;
     if (dst.len % width) {
         PyErr_SetString(PyExc_ValueError, "dst is not a whole number of elements");
@@ -174,10 +190,10 @@ static PyObject *native_join(PyObject *self, PyObject *args)
     const uint8_t *b = base.buf;
     Py_BEGIN_ALLOW_THREADS
     switch (width) {
-    case 1: join_1(d, rows, n, rotate, op, b); break;
-    case 2: join_2(d, rows, n, rotate, op, b); break;
-    case 4: join_4(d, rows, n, rotate, op, b); break;
-    default: join_8(d, rows, n, rotate, op, b); break;
+    case 1: join_1(d, rows, n, sign_at, op, b); break;
+    case 2: join_2(d, rows, n, sign_at, op, b); break;
+    case 4: join_4(d, rows, n, sign_at, op, b); break;
+    default: join_8(d, rows, n, sign_at, op, b); break;
     }
     Py_END_ALLOW_THREADS
     if (base.obj)
@@ -193,9 +209,9 @@ done:
 
 static PyMethodDef methods[] = {
     {"split", native_split, METH_VARARGS,
-     "split(src, dst, width, rotate, op, base): elements to byte planes, most significant first"},
+     "split(src, dst, width, sign_at, op, base): elements to byte planes, most significant first"},
     {"join", native_join, METH_VARARGS,
-     "join(dst, planes, width, rotate, op, base): byte planes back to elements"},
+     "join(dst, planes, width, sign_at, op, base): byte planes back to elements"},
     {NULL, NULL, 0, NULL},
 };
 

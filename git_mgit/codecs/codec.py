@@ -48,20 +48,19 @@ def _cctx() -> zstandard.ZstdCompressor:
     return c
 
 
-def layout(dtype: str, raw_len: int) -> tuple[int, bool]:
-    """(element width for byte planes, rotate sign next to mantissa?) for a dtype."""
-    from git_mgit.dtypes import DTYPES
+def layout(dtype: str, raw_len: int) -> tuple[int, int | None]:
+    """(element width for byte planes, bit the sign moves to or None) for a dtype."""
+    from git_mgit.dtypes import DTYPES, sign_below_exponent
 
     info = DTYPES.get(dtype)
     if info is None or info.bits < 8 or info.bits % 8:
-        return 1, False
+        return 1, None
     width = info.bits // 8
-    rotate = info.kind in ("float", "complex")
     if info.kind == "complex":
         width //= 2  # a complex element is two floats
     if width not in planes.WIDTHS or raw_len % width:
-        return 1, False
-    return width, rotate and width > 1
+        return 1, None
+    return width, sign_below_exponent(dtype) if width > 1 else None
 
 
 @dataclass
@@ -125,11 +124,12 @@ def _encode_as(
     raw: memoryview,
     dtype: str,
     width: int,
-    rotate: bool,
+    sign_at: int | None,
     content_hash: bytes,
     base: Base | None,
 ) -> Encoded:
-    hdr = ObjectHeader(codec, dtype, width, rotate, len(raw), content_hash, frame_size=FRAME_SIZE)
+    """`sign_at` is layout()'s, or 0 for the layout of format version 1 (tests write those)."""
+    hdr = ObjectHeader(codec, dtype, width, False, len(raw), content_hash, frame_size=FRAME_SIZE)
     if codec == Codec.RAW:
         return Encoded(hdr, [hdr.pack(), raw])
     op, ref = Op.NONE, None
@@ -137,13 +137,18 @@ def _encode_as(
         assert base is not None
         hdr.base_hash, hdr.depth = base.content_hash, base.depth + 1
         op, ref = DELTA_OPS[codec], base.raw
-        hdr.rotate = rotate and op == Op.XOR  # a zigzag difference has no sign bit to move
-    pl = planes.split(raw, width, hdr.rotate, op, ref)
+        if op == Op.SUB:
+            sign_at = None  # a zigzag difference has no sign bit to move
+    hdr.rotate, hdr.sign_below_exponent = sign_at is not None, bool(sign_at)
+    assert hdr.sign_at == sign_at, "the header cannot describe this sign position"
+    pl = planes.split(raw, width, sign_at, op, ref)
     hdr.frames, payload = _compress_planes(pl)
     return Encoded(hdr, [hdr.pack(), *payload])
 
 
-def _sample(buf: memoryview, width: int) -> memoryview:
+def sample(buf: memoryview, width: int) -> memoryview:
+    """A few windows of the chunk, the same places for any chunk of its length: what codec
+    choices are made on."""
     n = len(buf) // width
     if n <= _SAMPLE_WINDOWS * _SAMPLE_ELEMS * 2:
         return buf
@@ -156,31 +161,53 @@ def _sample(buf: memoryview, width: int) -> memoryview:
     )
 
 
+def estimate(
+    sample: memoryview, dtype: str, base_sample: memoryview | None = None
+) -> dict[Codec, int]:
+    """Encoded sizes of a sample (see sample()): `raw` and `planes`, and with the base
+    chunk's sample, `xor` and `sub`."""
+    width, sign_at = layout(dtype, len(sample))
+    est = {
+        Codec.RAW: len(sample),
+        Codec.PLANES: _encode_as(
+            Codec.PLANES, sample, dtype, width, sign_at, b"\0" * 32, None
+        ).size,
+    }
+    if base_sample is not None:
+        base = Base(base_sample, b"\0" * 32, 0)
+        for codec in (Codec.XOR, Codec.SUB):
+            est[codec] = _encode_as(codec, sample, dtype, width, sign_at, b"\0" * 32, base).size
+    return est
+
+
+def standalone(est: dict[Codec, int]) -> Codec:
+    """`planes` when it saves enough to be worth decoding, else `raw`."""
+    return Codec.PLANES if est[Codec.PLANES] < est[Codec.RAW] * _PLANES_GAIN else Codec.RAW
+
+
 def encode(
     raw: bytes | bytearray | memoryview,
     dtype: str,
     content_hash: bytes,
     base: Base | None = None,
     max_depth: int = 8,
+    delta_gain: float = DELTA_GAIN,
 ) -> Encoded:
-    """Encode one chunk, picking the smallest codec that the rules allow."""
+    """Encode one chunk, picking the smallest codec that the rules allow.
+
+    A delta is kept when its estimate is at most `delta_gain` times the
+    standalone one (repack passes infinity: its plan already chose the base).
+    """
     raw = memoryview(raw).cast("B")
-    width, rotate = layout(dtype, len(raw))
+    width, sign_at = layout(dtype, len(raw))
     if base is not None and (len(base.raw) != len(raw) or base.depth + 1 > max_depth):
         base = None
-    sample = _sample(raw, width)
-    est = {
-        Codec.PLANES: _encode_as(Codec.PLANES, sample, dtype, width, rotate, b"\0" * 32, None).size
-    }
-    standalone = Codec.PLANES if est[Codec.PLANES] < len(sample) * _PLANES_GAIN else Codec.RAW
-    best = standalone
+    smp = sample(raw, width)
+    bsample = None if base is None else sample(memoryview(base.raw).cast("B"), width)
+    est = estimate(smp, dtype, bsample)
+    best = standalone(est)
     if base is not None:
-        bsample = Base(
-            _sample(memoryview(base.raw).cast("B"), width), base.content_hash, base.depth
-        )
-        for codec in (Codec.XOR, Codec.SUB):
-            est[codec] = _encode_as(codec, sample, dtype, width, rotate, b"\0" * 32, bsample).size
         cand = min((Codec.XOR, Codec.SUB), key=est.__getitem__)
-        if est[cand] < min(est[Codec.PLANES], len(sample)) * DELTA_GAIN:
+        if est[cand] < min(est[Codec.PLANES], est[Codec.RAW]) * delta_gain:
             best = cand
-    return _encode_as(best, raw, dtype, width, rotate, content_hash, base)
+    return _encode_as(best, raw, dtype, width, sign_at, content_hash, base)

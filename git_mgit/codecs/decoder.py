@@ -4,10 +4,12 @@ A chunk's object may be a delta of a base chunk, itself perhaps a delta: a
 chain of levels with a standalone object at the bottom. Block i is the same
 byte range of every level, so decoding it needs only those bytes of each
 plane of each level (one frame per plane when frames line up, as they do for
-objects this version writes). Objects are read through a `Source` with
-random access, so a block is decoded as soon as its frames are read, blocks
-decode in parallel on the worker threads, and nothing chunk-sized is held
-unless the caller asks for the whole chunk.
+objects this version writes). A `qdelta` level (lossy, qdelta.py) reads its
+integer planes the same way and computes its block from them and the base's.
+Objects are read through a `Source` with random access, so a block is decoded
+as soon as its frames are read, blocks decode in parallel on the worker
+threads, and nothing chunk-sized is held unless the caller asks for the whole
+chunk.
 
 Every level's BLAKE3 is fed that level's blocks in order and checked after
 the chunk's last block; a mismatch raises ObjectCorrupt. A streaming caller
@@ -35,7 +37,9 @@ from git_mgit.codecs.workers import ordered
 from git_mgit.errors import ObjectCorrupt
 
 DELTA_OPS = {Codec.XOR: Op.XOR, Codec.SUB: Op.SUB}
-HEADER_PEEK = 1 << 16  # enough for the frame table of a 1 GiB chunk
+# First read of an object: a 64 MiB chunk's header is ~400 bytes. A longer one (a frame
+# table of a huge chunk) is read in steps 16 times larger: a top-planes read reads no more.
+HEADER_PEEK = 1 << 12
 RAW_BLOCK = 1 << 22  # block size when the top object has no frames (`raw`)
 AHEAD = 4  # blocks decoded ahead of the consumer: 4 x 4 MiB for fp32
 
@@ -144,17 +148,20 @@ def _decompress(frame: Buffer, size: int) -> bytes:
 
 def read_header(source: Source) -> ObjectHeader:
     """The object's header, checked against the object's size."""
-    try:
-        hdr = parse_header(source.view(0, min(source.size, HEADER_PEEK)))
-    except ObjectCorrupt:
-        if source.size <= HEADER_PEEK:
-            raise
-        hdr = parse_header(source.view(0, source.size))
+    peek = HEADER_PEEK
+    while True:
+        try:
+            hdr = parse_header(source.view(0, min(source.size, peek)))
+            break
+        except ObjectCorrupt:
+            if source.size <= peek:
+                raise
+            peek *= 16
     if source.size - hdr.header_len != hdr.payload_len:
         raise ObjectCorrupt(
             f"object payload is {source.size - hdr.header_len} bytes, header says {hdr.payload_len}"
         )
-    if hdr.codec.is_delta and hdr.codec not in DELTA_OPS:
+    if hdr.codec.is_delta and hdr.codec not in DELTA_OPS and hdr.codec != Codec.QDELTA:
         raise ObjectCorrupt(f"codec {hdr.codec.name} is not supported by this git-mgit")
     return hdr
 
@@ -166,7 +173,7 @@ class Level:
         self.source = source
         self.header = hdr = read_header(source)
         self.op = DELTA_OPS.get(hdr.codec, Op.NONE)
-        self._plane_len = hdr.raw_len // hdr.width
+        self._plane_len = hdr.raw_len // hdr.element_size
         self._frames: list[list[tuple[int, int, int]]] = []  # (mode, offset, stored length)
         pos = hdr.header_len
         for plane in hdr.frames:
@@ -176,17 +183,41 @@ class Level:
                 pos += n
             self._frames.append(row)
 
-    def decode(self, start: int, stop: int, base: memoryview | None, dst: memoryview) -> None:
-        """Bytes [start, stop) of the chunk into dst; `base`: the same bytes of the base chunk."""
+    def decode(
+        self,
+        start: int,
+        stop: int,
+        base: memoryview | None,
+        dst: memoryview,
+        top_planes: int | None = None,
+    ) -> None:
+        """Bytes [start, stop) of the chunk into dst; `base`: the same bytes of the base chunk.
+
+        With `top_planes` (a `planes` or `xor` level only), only that many
+        planes are read, most significant first, and the others taken as
+        zeros: the chunk's bits under a mask (multires.py).
+        """
         hdr = self.header
+        assert top_planes is None or hdr.codec in (Codec.PLANES, Codec.XOR)
         if hdr.codec == Codec.RAW:
             self.source.read_into(hdr.header_len + start, dst)
             return
-        w = hdr.width
+        w, size = hdr.width, hdr.element_size
         arena = _arena()
         arena.reset()
-        rows = [self._plane(p, start // w, stop // w, arena) for p in range(w)]
-        planes.join(dst, rows, w, hdr.rotate, self.op, base)
+        rows = [
+            self._plane(p, start // size, stop // size, arena)
+            if top_planes is None or p < top_planes
+            else bytes((stop - start) // size)
+            for p in range(w)
+        ]
+        if hdr.codec == Codec.QDELTA:
+            from git_mgit.codecs import qdelta  # numpy: only once a lossy object is read
+
+            assert base is not None
+            qdelta.decode_into(dst, rows, hdr, base, arena.take((stop - start) // size * w))
+            return
+        planes.join(dst, rows, w, hdr.sign_at, self.op, base)
 
     def _plane(self, p: int, first: int, stop: int, arena: _Arena) -> Buffer:
         """Plane p's bytes for elements [first, stop)."""
@@ -227,7 +258,7 @@ class ChunkDecoder:
                 raise ObjectCorrupt("delta chain does not link up")
             if below.header.raw_len != self.size:
                 raise ObjectCorrupt("delta base has a different length")
-        block = top.frame_size * top.width if top.codec != Codec.RAW else RAW_BLOCK
+        block = top.frame_size * top.element_size if top.codec != Codec.RAW else RAW_BLOCK
         self.block_size = -(-block // 8) * 8  # a whole number of elements of any width
         self.blocks = math.ceil(self.size / self.block_size)
 
@@ -239,10 +270,12 @@ class ChunkDecoder:
         i: int,
         dst: memoryview | None = None,
         alloc: Callable[[int], memoryview] = lambda n: memoryview(bytearray(n)),
+        top_planes: int | None = None,
     ) -> list[memoryview]:
         """Block i of every level, bottom first; the top one into dst if given.
 
         Buffers for the other levels (and the top without dst) come from alloc.
+        `top_planes`: read only that many planes of each level (see Level.decode).
         """
         a, b = self.span(i)
         prev = None if self.base is None else self.base[a:b]
@@ -250,7 +283,7 @@ class ChunkDecoder:
         for k, level in enumerate(self.levels):
             top = k == len(self.levels) - 1
             buf = dst if top and dst is not None else alloc(b - a)
-            level.decode(a, b, prev, buf)
+            level.decode(a, b, prev, buf, top_planes)
             out.append(buf)
             prev = buf
         return out

@@ -25,20 +25,35 @@ def _words(buf: Buffer, width: int) -> np.ndarray:
     return np.frombuffer(buf, dtype=UINT[width])
 
 
-def _rotl1(a: np.ndarray, out: np.ndarray) -> np.ndarray:
-    bits = a.dtype.itemsize * 8
-    np.left_shift(a, 1, out=out)
-    out |= a >> (bits - 1)
+def _masks(dtype: np.dtype, sign_at: int) -> tuple[np.unsignedinteger, np.unsignedinteger]:
+    """(bits below sign_at, bits above it) as scalars of the word type."""
+    t = dtype.type
+    low = (1 << sign_at) - 1
+    return t(low), t(~(low | (1 << sign_at)) & ((1 << (dtype.itemsize * 8)) - 1))
+
+
+def _sign_down(a: np.ndarray, sign_at: int, out: np.ndarray) -> np.ndarray:
+    """The top (sign) bit moved down to bit sign_at, the bits above it shifted up one."""
+    low, high = _masks(a.dtype, sign_at)
+    t = a.dtype.type
+    np.left_shift(a, t(1), out=out)
+    out &= high
+    out |= (a >> t(a.dtype.itemsize * 8 - 1)) << t(sign_at)
+    out |= a & low
     return out
 
 
-def _rotr1(a: np.ndarray) -> None:
-    """Rotate right by one bit, in place."""
-    bits = a.dtype.itemsize * 8
-    low = a & 1
-    a >>= 1
-    low <<= bits - 1
-    a |= low
+def _sign_up(a: np.ndarray, sign_at: int) -> None:
+    """Undo _sign_down, in place."""
+    low, high = _masks(a.dtype, sign_at)
+    t = a.dtype.type
+    sign = (a >> t(sign_at)) & t(1)
+    sign <<= t(a.dtype.itemsize * 8 - 1)
+    below = a & low
+    a &= high
+    a >>= t(1)
+    a |= below
+    a |= sign
 
 
 def _forward(op: Op, cur: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -64,9 +79,9 @@ def _inverse(op: Op, enc: np.ndarray, base: np.ndarray) -> None:
 
 
 def split(
-    raw: Buffer, dst: memoryview, width: int, rotate: bool, op: Op, base: Buffer | None
+    raw: Buffer, dst: memoryview, width: int, sign_at: int, op: Op, base: Buffer | None
 ) -> None:
-    """planes.split's work: dst holds plane p at [p * n, (p + 1) * n)."""
+    """planes.split's work: dst holds plane p at [p * n, (p + 1) * n); sign_at -1 keeps the sign."""
     src = _words(raw, width)
     n = src.size
     planes = np.frombuffer(dst, dtype=np.uint8).reshape(width, n)
@@ -78,8 +93,8 @@ def split(
             assert ref is not None
             block = _forward(op, block, ref[start : start + block.size])
         t = tmp[: block.size]
-        if rotate:
-            _rotl1(block, t)
+        if sign_at >= 0:
+            _sign_down(block, sign_at, t)
         else:
             t[:] = block
         as_bytes = t.view(np.uint8)
@@ -91,7 +106,7 @@ def join(
     dst: memoryview,
     planes: Sequence[Buffer],
     width: int,
-    rotate: bool,
+    sign_at: int,
     op: Op,
     base: Buffer | None,
 ) -> None:
@@ -100,8 +115,8 @@ def join(
     for p, data in enumerate(planes):
         out[width - 1 - p :: width] = np.frombuffer(data, dtype=np.uint8)
     words = out.view(UINT[width])
-    if rotate:
-        _rotr1(words)
+    if sign_at >= 0:
+        _sign_up(words, sign_at)
     if op != Op.NONE:
         assert base is not None
         _inverse(op, words, _words(base, width))

@@ -2,9 +2,15 @@
 
     magic "MGOB" | version u8 | codec u8 | width u8 | flags u8 | dtype (u8 len + ascii)
     raw_len u64 | content_hash 32B | depth u8 | [base_hash 32B, delta codecs only]
+    [step f64, qdelta only]
     frame_size u32 | nplanes u8 | per plane: nframes u32, per frame: mode u8, stored_len u32
     payload: the frames in table order (planes most significant first); `raw` has no
     table and the payload is the chunk itself.
+
+`qdelta` (lossy, written only by `git mgit compress --lossy`; qdelta.py) stores
+integers, one per chunk element: `width` is their byte width (1, 2 or 4), which
+need not be the dtype's, so its planes hold raw_len / dtype width elements;
+`step` is the quantization step of its floats.
 
 All integers little-endian. The header is self-describing so fsck, repack and
 multi-resolution readers need nothing but the blob; the content hash is the
@@ -13,14 +19,18 @@ BLAKE3 of the decoded chunk and is verified on every decode.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from git_mgit.dtypes import DTYPES, sign_below_exponent
 from git_mgit.errors import ObjectCorrupt
 
 MAGIC = b"MGOB"
-VERSION = 1
+# 2: FLAG_SIGN_BELOW_EXPONENT may be set. Version 1 objects (sign rotated to bit 0) still
+# decode; the bump makes an older git-mgit refuse new objects by name, not by a hash mismatch.
+VERSION = 2
 MAX_RAW_LEN = 1 << 40
 
 
@@ -41,8 +51,12 @@ class FrameMode(IntEnum):
     ZSTD = 1
 
 
-FLAG_ROTATE = 1
+FLAG_ROTATE = 1  # float sign bit moved before the split: to bit 0 (a rotation) unless ...
+FLAG_SIGN_BELOW_EXPONENT = 2  # ... this is set too: to just below the exponent (planes.py)
+_FLAGS = FLAG_ROTATE | FLAG_SIGN_BELOW_EXPONENT
+QDELTA_DTYPES = ("F16", "BF16", "F32", "F64")
 _FIXED = struct.Struct("<4sBBBBB")
+_STEP = struct.Struct("<d")
 _FRAME = struct.Struct("<BI")
 
 
@@ -60,6 +74,22 @@ class ObjectHeader:
     # frames[p] = [(mode, stored_len), ...] for plane p (0 = most significant)
     frames: list[list[tuple[int, int]]] = field(default_factory=list)
     header_len: int = 0
+    step: float = 0.0  # qdelta only: what one unit of its integers is worth
+    sign_below_exponent: bool = False  # with rotate: FLAG_SIGN_BELOW_EXPONENT
+
+    @property
+    def sign_at(self) -> int | None:
+        """The bit each element's sign was moved to before the split (planes.split), or None."""
+        if not self.rotate:
+            return None
+        return sign_below_exponent(self.dtype) if self.sign_below_exponent else 0
+
+    @property
+    def element_size(self) -> int:
+        """Bytes of the decoded chunk per plane element: the float's width for qdelta."""
+        if self.codec == Codec.QDELTA:
+            return DTYPES[self.dtype].bits // 8
+        return self.width
 
     @property
     def payload_len(self) -> int:
@@ -69,12 +99,16 @@ class ObjectHeader:
 
     def pack(self) -> bytes:
         dt = self.dtype.encode("ascii")
-        flags = FLAG_ROTATE if self.rotate else 0
+        flags = (FLAG_ROTATE if self.rotate else 0) | (
+            FLAG_SIGN_BELOW_EXPONENT if self.sign_below_exponent else 0
+        )
         out = [_FIXED.pack(MAGIC, VERSION, self.codec, self.width, flags, len(dt)), dt]
         out.append(struct.pack("<Q", self.raw_len) + self.content_hash + bytes([self.depth]))
         if self.codec.is_delta:
             assert self.base_hash is not None
             out.append(self.base_hash)
+        if self.codec == Codec.QDELTA:
+            out.append(_STEP.pack(self.step))
         out.append(struct.pack("<IB", self.frame_size, len(self.frames)))
         for plane in self.frames:
             out.append(struct.pack("<I", len(plane)))
@@ -89,8 +123,11 @@ def parse_header(buf: bytes | memoryview) -> ObjectHeader:
         magic, version, codec, width, flags, dlen = _FIXED.unpack_from(mv, 0)
         if magic != MAGIC:
             raise ObjectCorrupt("not a git-mgit object (bad magic)")
-        if version != VERSION:
-            raise ObjectCorrupt(f"object format version {version} is newer than this git-mgit")
+        if not 1 <= version <= VERSION or flags & ~_FLAGS:
+            raise ObjectCorrupt(
+                f"object format version {version} with flags {flags:#x} is not one this "
+                "git-mgit reads (written by a newer one? upgrade git-mgit)"
+            )
         pos = _FIXED.size
         dtype = bytes(mv[pos : pos + dlen]).decode("ascii")
         pos += dlen
@@ -101,9 +138,13 @@ def parse_header(buf: bytes | memoryview) -> ObjectHeader:
         hdr = ObjectHeader(
             Codec(codec), dtype, width, bool(flags & FLAG_ROTATE), raw_len, content_hash, depth
         )
+        hdr.sign_below_exponent = bool(flags & FLAG_SIGN_BELOW_EXPONENT)
         if hdr.codec.is_delta:
             hdr.base_hash = bytes(mv[pos : pos + 32])
             pos += 32
+        if hdr.codec == Codec.QDELTA:
+            (hdr.step,) = _STEP.unpack_from(mv, pos)
+            pos += _STEP.size
         hdr.frame_size, nplanes = struct.unpack_from("<IB", mv, pos)
         pos += 5
         for _ in range(nplanes):
@@ -127,9 +168,18 @@ def _check(hdr: ObjectHeader) -> None:
         raise ObjectCorrupt("object header has impossible sizes")
     if hdr.codec == Codec.RAW:
         return
-    if len(hdr.frames) != hdr.width or hdr.raw_len % hdr.width or hdr.frame_size <= 0:
+    if hdr.sign_below_exponent:
+        at = sign_below_exponent(hdr.dtype)
+        if not hdr.rotate or at is None or not 0 < at < hdr.width * 8 - 1:
+            raise ObjectCorrupt(f"object moves the sign of {hdr.dtype} to an impossible bit")
+    if hdr.codec == Codec.QDELTA and (
+        hdr.dtype not in QDELTA_DTYPES or hdr.rotate or hdr.width > 4 or not 0 < hdr.step < math.inf
+    ):
+        raise ObjectCorrupt("qdelta object has an impossible dtype, width or step")
+    size = hdr.element_size
+    if len(hdr.frames) != hdr.width or hdr.raw_len % size or hdr.frame_size <= 0:
         raise ObjectCorrupt("object plane table does not match its element width")
-    plane_len = hdr.raw_len // hdr.width
+    plane_len = hdr.raw_len // size
     expected = -(-plane_len // hdr.frame_size)
     if any(len(p) != expected for p in hdr.frames):
         raise ObjectCorrupt("object frame count does not match its length")

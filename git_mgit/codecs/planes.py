@@ -1,11 +1,17 @@
 """Byte-plane transforms: the layout that makes float weights compressible.
 
 A float's exponent byte is highly repetitive while its low mantissa bytes are
-noise. Rotating each element left by one bit moves the sign next to the
-mantissa, so the top byte plane is the whole exponent (fp32, bf16) and
-compresses ~3x, while the mantissa planes are stored raw. Planes are ordered
-most significant first, so a reader can fetch only the top k planes. A delta
-codec transforms each element against its base element first (`Op`).
+noise. Moving each element's sign bit from the top to just below the
+exponent (`sign_at`, from dtypes.sign_below_exponent) shifts the exponent up
+one bit, so the top byte plane is the whole exponent (fp32, bf16) and
+compresses ~3x, the mantissa planes are stored raw, and the sign is the top
+bit of the second plane. Planes are ordered most significant first, so a
+reader of the top k planes learns sign, exponent and the high mantissa bits:
+values within known bounds. Objects written before format version 2 moved the
+sign to bit 0 instead (a rotation left by one bit, `sign_at` 0): the same
+transform, still decoded. A delta codec transforms each element against its
+base element first (`Op`); the sign move is a bit permutation, so an `xor`
+delta still splits plane by plane.
 
 Two implementations compute the same bytes: the C kernels in _native.c (one
 memory pass, the GIL released; built at install when a compiler is there)
@@ -54,20 +60,28 @@ def native() -> bool:
     return _kernels.__name__.endswith("_native")
 
 
+def _kernel_sign_at(sign_at: int | None) -> int:
+    return -1 if sign_at is None else sign_at
+
+
 def split(
-    raw: Buffer, width: int, rotate: bool, op: Op = Op.NONE, base: Buffer | None = None
+    raw: Buffer,
+    width: int,
+    sign_at: int | None = None,
+    op: Op = Op.NONE,
+    base: Buffer | None = None,
 ) -> list[memoryview]:
     """The elements' byte planes, most significant first (each n bytes for n elements).
 
     Each element is first transformed against its base element by `op`, then
-    rotated left one bit if `rotate`.
+    its top (sign) bit moved down to bit `sign_at` (None: left in place).
     """
     src = memoryview(raw).cast("B")
     n = len(src) // width
-    if width == 1 and op == Op.NONE and not rotate:
+    if width == 1 and op == Op.NONE and sign_at is None:
         return [src]
     out = memoryview(bytearray(len(src)))
-    _kernels.split(src, out, width, rotate, op, base)
+    _kernels.split(src, out, width, _kernel_sign_at(sign_at), op, base)
     return [out[p * n : (p + 1) * n] for p in range(width)]
 
 
@@ -75,9 +89,9 @@ def join(
     dst: memoryview,
     planes: Sequence[Buffer],
     width: int,
-    rotate: bool,
+    sign_at: int | None,
     op: Op = Op.NONE,
     base: Buffer | None = None,
 ) -> None:
     """Fill `dst` (len(planes[p]) * width bytes) from the planes: split's inverse."""
-    _kernels.join(dst, planes, width, rotate, op, base)
+    _kernels.join(dst, planes, width, _kernel_sign_at(sign_at), op, base)

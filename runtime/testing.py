@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,3 +128,32 @@ class Runner:
                 if r.metrics is not None
             )
         return results
+
+    def run_files(
+        self, tests: Iterable[TestDecl], files: Mapping[str, str], architecture: str | None
+    ) -> dict[tuple[str, str], dict]:
+        """Each test on each safetensors file (label -> path): models no version holds yet.
+
+        Returns the worker's answer per (label, test name); nothing is recorded.
+        """
+        if self._pool is None:
+            self._pool = Pool(self.root, self.jobs)
+        todo = [
+            ((label, test.name), _file_job(test, path, architecture))
+            for test in tests
+            for label, path in files.items()
+        ]
+        progress = Progress("git-mgit: running tests", len(todo), counting=True)
+        answers = {}
+        try:
+            for key, answer in self._pool.map(todo):
+                answers[key] = answer
+                progress.update(1)
+        finally:
+            progress.finish()
+        return answers
+
+
+def _file_job(test: TestDecl, path: str, architecture: str | None) -> dict:
+    model = {"file": path, "architecture": architecture}
+    return {"kind": "test", "function": test.function, "model": model}

@@ -5,15 +5,16 @@
 Jobs arrive on stdin, one JSON object per line; each gets one JSON line
 back on the process's original stdout. Everything the user's code prints
 goes to stderr instead, so it cannot corrupt the answers. Models cross the
-process boundary as version ids (in) and safetensors files (out): JSON and
-safetensors only, never a pickle.
+process boundary as version ids or safetensors files (in; a file is a model
+no commit holds yet, such as a lossy reconstruction on trial) and
+safetensors files (out): JSON and safetensors only, never a pickle.
 
     {"kind": "test", "function": "checks:accuracy", "model": MODEL}
         -> {"ok": true, "metrics": {"accuracy": 0.93}}
     {"kind": "create", "function": "train:finetune", "parents": [MODEL, ...],
      "outputs": {"NAME": "/tmp/out.safetensors", ...}, "group": false}
         -> {"ok": true}
-    MODEL = {"version": "<id>", "architecture": "nets:MLP" | null}
+    MODEL = {"version": "<id>" | "file": "/path/model.safetensors", "architecture": "nets:MLP" | null}
 
 A failing job answers {"ok": false, "error": "..."} and the worker goes on.
 """
@@ -33,12 +34,12 @@ import torch
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage.api import Lineage
 from git_mgit.runtime import callables
-from git_mgit.runtime.loading import load_state_dict, save_tensors
+from git_mgit.runtime.loading import load_state_dict, read_tensors, save_tensors
 
 
 def _materialize(spec: Mapping, lin: Lineage, root: Path, train: bool) -> object:
-    """A torch module of the declared architecture holding the version's weights, else its state dict."""
-    state = load_state_dict(spec["version"], lin)
+    """A torch module of the declared architecture holding the model's weights, else its state dict."""
+    state = read_tensors(spec["file"]) if "file" in spec else load_state_dict(spec["version"], lin)
     if not spec.get("architecture"):
         return state
     module = callables.load(spec["architecture"], root)()

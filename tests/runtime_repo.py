@@ -12,11 +12,15 @@ references in mgit.toml.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import torch
 
 from git_mgit.gitcmd import find_repo
@@ -199,3 +203,19 @@ def family(repo: Path) -> Path:
         for name in ("nets", "train", "checks"):
             sys.modules.pop(name, None)
     return repo
+
+
+@contextmanager
+def isolated_home(home: Path) -> Iterator[None]:
+    """A private HOME and git config for module-scoped templates, set up before the
+    per-test isolation that puts git-mgit on PATH."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        mp.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+        mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
+        mp.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+        for who in ("AUTHOR", "COMMITTER"):
+            mp.setenv(f"GIT_{who}_NAME", "Test")
+            mp.setenv(f"GIT_{who}_EMAIL", "test@example.invalid")
+        (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+        yield

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -26,24 +25,14 @@ from git_mgit.lineage.graph import PROVENANCE, VERSION
 from git_mgit.runtime import load_models
 from tests.gitsandbox import run_git
 from tests.mgitrepo import mgit
-from tests.runtime_repo import family
+from tests.runtime_repo import family, isolated_home
 
 MODELS = ["ft-a", "ft-b", "grand", "head-x", "head-y", "pruned"]
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("template-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HOME", str(home))
-        mp.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
-        mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
-        # module-scoped: set up before the per-test isolation that puts git-mgit on PATH
-        mp.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
-        for who in ("AUTHOR", "COMMITTER"):
-            mp.setenv(f"GIT_{who}_NAME", "Test")
-            mp.setenv(f"GIT_{who}_EMAIL", "test@example.invalid")
-        (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+    with isolated_home(tmp_path_factory.mktemp("template-home")):
         return family(tmp_path_factory.mktemp("template") / "repo")
 
 

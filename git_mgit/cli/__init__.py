@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "du": "du",
     "fsck": "fsck",
     "gc": "gc",
+    "repack": "repack",
     "lineage": "lineage",
     "graph": "graph",
     "log": "log",
@@ -43,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "test": "test",
     "bisect": "bisect",
     "cascade": "cascade",
+    "compress": "compress",
 }
 
 HELP: dict[str, str] = {
@@ -55,6 +57,7 @@ HELP: dict[str, str] = {
     "du": "storage by model, tensor, codec and delta chain depth over all history",
     "fsck": "verify every object reachable from any manifest",
     "gc": "drop objects that no ref, reflog or index needs",
+    "repack": "re-plan delta bases globally: least storage under recreation budgets",
     "lineage": "edit and query the lineage graph (MGit's API: add-node, add-edge, ...)",
     "graph": "show the lineage graph: text tree, or --format dot|mermaid|json|html",
     "log": "the versions of one model, newest first, with their lineage",
@@ -74,6 +77,7 @@ HELP: dict[str, str] = {
     "test": "run registered tests over models, record and reuse results",
     "bisect": "find the first model version a test fails on (about log2(n) runs)",
     "cascade": "re-derive every descendant of an updated model, onto a branch",
+    "compress": "lossy delta compression against the lineage parent, gated by tests",
 }
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,27 +111,32 @@ def natural_key(name: str) -> list[str | int]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
-def _lcs(a: list[Tensor], b: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
-    """Longest common subsequence of the two lists, equal on (dtype, shape)."""
-    common = {t.key for t in a} & {t.key for t in b}
-    a = [t for t in a if t.key in common]  # the others can match nothing: O(n*m) on fewer
-    b = [t for t in b if t.key in common]
-    n, m = len(a), len(b)
-    table = [[0] * (m + 1) for _ in range(n + 1)]
+def lcs(ka: Sequence[Hashable], kb: Sequence[Hashable]) -> list[tuple[int, int]]:
+    """Index pairs of a longest common subsequence of two key lists (MGit's layer matching)."""
+    n, m = len(ka), len(kb)
+    table = [[0] * (m + 1) for _ in range(n + 1)]  # table[i][j]: the LCS of ka[i:] and kb[j:]
     for i in range(n - 1, -1, -1):
         row, below = table[i], table[i + 1]
         for j in range(m - 1, -1, -1):
-            row[j] = below[j + 1] + 1 if a[i].key == b[j].key else max(below[j], row[j + 1])
+            row[j] = below[j + 1] + 1 if ka[i] == kb[j] else max(below[j], row[j + 1])
     pairs, i, j = [], 0, 0
     while i < n and j < m:
-        if a[i].key == b[j].key:
-            pairs.append((a[i], b[j]))
+        if ka[i] == kb[j]:
+            pairs.append((i, j))
             i, j = i + 1, j + 1
         elif table[i + 1][j] >= table[i][j + 1]:
             i += 1
         else:
             j += 1
     return pairs
+
+
+def _lcs(a: list[Tensor], b: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+    """Longest common subsequence of the two lists, equal on (dtype, shape)."""
+    common = {t.key for t in a} & {t.key for t in b}
+    a = [t for t in a if t.key in common]  # the others can match nothing: O(n*m) on fewer
+    b = [t for t in b if t.key in common]
+    return [(a[i], b[j]) for i, j in lcs([t.key for t in a], [t.key for t in b])]
 
 
 def match(

@@ -10,6 +10,7 @@ two clones' edits by plain set union:
     {"kind":"version","previous":"<40 hex>","time":...}
     {"kind":"provenance","parent":"<40 hex>","removed":true,"time":...}
     {"code":"b3:...","id":"accuracy:b3:...","kind":"test","metrics":{"accuracy":0.93},"test":"accuracy","time":...}
+    {"eps":0.0001,"kind":"compress","parent":"<40 hex>","stored_after":...,"stored_before":...,"time":...}
 
 Nothing is ever deleted from a note. Each record sets one *key* (the node
 itself, or one edge into it); among the records for a key the one with the
@@ -26,7 +27,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-FORMAT_KINDS = ("node", "provenance", "version", "possible_conflict", "test")
+FORMAT_KINDS = ("node", "provenance", "version", "possible_conflict", "test", "compress")
 # The field that, with the kind, names what a record sets (its key); a test result is
 # keyed by "NAME:CODE" (the test and the hash of its code), so new code means a new key.
 _LINK = {"provenance": "parent", "version": "previous", "test": "id"}

@@ -33,13 +33,14 @@ from pathlib import Path
 
 from git_mgit import hashing
 from git_mgit.errors import MgitError
+from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.graph import PROVENANCE, VERSION
 from git_mgit.lineage.resolve import Version
 from git_mgit.lineage.save import commit_model, record_lineage
 from git_mgit.runtime.jobs import Pool
 from git_mgit.runtime.loading import read_tensors
-from git_mgit.runtime.targets import target, versions_at
+from git_mgit.runtime.targets import target
 
 TRAILER = "Mgit-Cascade"
 
@@ -133,7 +134,7 @@ def plan(
     if old_v.id == new_v.id:
         raise CascadeError("--from and --to name the same version: nothing changed")
     start = lin.repo.git("rev-parse", "--verify", f"{rev}^{{commit}}")
-    held = versions_at(lin, start)
+    held = contents.versions_at(lin.repo, lin.config.folders(), start)
 
     def name(v: str) -> str:
         t = target(lin, v, held.get(v))

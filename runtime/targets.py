@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from git_mgit.lineage import traversal
+from git_mgit.lineage import contents, traversal
 from git_mgit.lineage.api import Lineage
-from git_mgit.store.reader import ObjectReader
-from git_mgit.tracked import tracked_files
 
 
 @dataclass(frozen=True)
@@ -50,24 +48,9 @@ def target(lin: Lineage, version: str, path: str | None = None) -> Target:
     )
 
 
-def versions_at(lin: Lineage, rev: str) -> dict[str, str]:
-    """version id -> path for every model a revision holds: tracked files and model folders."""
-    folders = lin.config.folders()
-    reader = ObjectReader(lin.repo.worktree or lin.repo.git_dir)
-    try:
-        files = [f for f in tracked_files(lin.repo, reader, rev) if f.manifest is not None]
-    finally:
-        reader.close()
-    out = {f.blob: f.path for f in files if not any(f.path.startswith(d + "/") for d in folders)}
-    for d in folders:
-        tree = lin.repo.git("rev-parse", "--verify", "--quiet", f"{rev}:{d}", check=False)
-        if tree:
-            out[tree] = d
-    return out
-
-
 def at_revision(lin: Lineage, rev: str) -> list[Target]:
-    return [target(lin, v, path) for v, path in versions_at(lin, rev).items()]
+    held = contents.versions_at(lin.repo, lin.config.folders(), rev)
+    return [target(lin, v, path) for v, path in held.items()]
 
 
 def along(lin: Lineage, starts: list[Target], order: str) -> list[Target]:

@@ -1,8 +1,8 @@
 """Storage by model, by tensor, by codec and by delta chain depth, over every branch and tag.
 
-git mgit du                    # the whole history
+git mgit du                    # the whole history, and what a repack would save
 git mgit du --rev main --top 5
-git mgit du --json
+git mgit du --json --no-plan   # skip the repack estimate (it decodes every chunk)
 """
 
 from __future__ import annotations
@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from git_mgit.gitcmd import find_repo
+from git_mgit import config
+from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.lineage.history import HISTORY_REVS
 from git_mgit.progress import format_size
+from git_mgit.repack.costs import Budgets
+from git_mgit.repack.estimate import estimate
 from git_mgit.repoconfig import load as load_config
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.usage import Row, Usage, measure
@@ -22,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rev", action="append", help="only this revision's history (repeat)")
     parser.add_argument("--top", type=int, default=10, help="tensors to list (default 10)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--no-plan",
+        action="store_true",
+        help="skip estimating what `git mgit repack` would save (it decodes every chunk)",
+    )
 
 
 def _ratio(r: Row) -> str:
@@ -37,6 +45,13 @@ def _table(title: str, unit: str, rows: list[tuple[str, Row]]) -> None:
             f"{format_size(r.stored):>10} {_ratio(r):>7}"
         )
     print()
+
+
+def _repack(repo: Repo, store: ChunkStore, folders: list[str]) -> dict:
+    """What `git mgit repack` with its defaults would store (all history, whatever --rev says)."""
+    settings = config.load(repo)
+    est = estimate(repo, store, folders, Budgets(), max_depth=settings.max_chain_depth + 1)
+    return {"now": est.current, "planned": est.planned, "saving": est.saving}
 
 
 def _as_json(u: Usage) -> dict:
@@ -59,10 +74,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         folders = load_config(repo.worktree).folders()
         usage = measure(repo, store, folders, args.rev or HISTORY_REVS)
+        plan = None if args.no_plan or not usage.models else _repack(repo, store, folders)
     finally:
         store.close()
     if args.json:
-        print(json.dumps(_as_json(usage), indent=2))
+        print(json.dumps({**_as_json(usage), "repack": plan}, indent=2))
         return 0
     if not usage.models:
         print("no model versions in this history (see `git mgit track`)")
@@ -79,6 +95,11 @@ def run(args: argparse.Namespace) -> int:
         f"total: {format_size(usage.stored)} stored for {format_size(total_raw)} of model "
         f"versions as whole files ({total_raw / max(usage.stored, 1):.2f}x)"
     )
+    if plan is not None:
+        print(
+            f"`git mgit repack` would store {format_size(plan['planned'])} of the "
+            f"{format_size(plan['now'])} it re-plans ({format_size(plan['saving'])} less)"
+        )
     if usage.missing:
         print(f"{usage.missing} object(s) are not here: `git mgit fetch` brings them")
     return 0

@@ -7,11 +7,14 @@ files (config, index). Everything here reads manifests only: no tensor data.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.reader import ObjectReader
+from git_mgit.tracked import tracked_files
 
 
 def manifests(repo: Repo, reader: ObjectReader, oid: str, kind: str) -> dict[str, mf.Manifest]:
@@ -49,3 +52,19 @@ def stored_size(store: ChunkStore, ms: dict[str, mf.Manifest]) -> tuple[int, int
         if where is not None:
             stored += where[1]
     return sum(m.size for m in ms.values()), stored
+
+
+def versions_at(repo: Repo, folders: Iterable[str], rev: str) -> dict[str, str]:
+    """version id -> path for every model a revision holds: tracked files and model folders."""
+    folders = list(folders)
+    reader = ObjectReader(repo.worktree or repo.git_dir)
+    try:
+        files = [f for f in tracked_files(repo, reader, rev) if f.manifest is not None]
+    finally:
+        reader.close()
+    out = {f.blob: f.path for f in files if not any(f.path.startswith(d + "/") for d in folders)}
+    for d in folders:
+        tree = repo.git("rev-parse", "--verify", "--quiet", f"{rev}:{d}", check=False)
+        if tree:
+            out[tree] = d
+    return out

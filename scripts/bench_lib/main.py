@@ -21,6 +21,7 @@ import deltabits
 import lineage_graph
 import models
 import phases
+import planning
 import report
 import training
 from phases import Context, log
@@ -57,6 +58,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="only the lineage graph section (10,000 versions; about a minute)",
     )
+    p.add_argument(
+        "--planning-only",
+        action="store_true",
+        help="only the storage planning section (repack, lossy compression, planner curves)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the scratch folder, for debugging")
     p.add_argument(
         "--out", type=Path, default=ROOT / "bench-out" / "results.json", help="JSON output file"
@@ -68,6 +74,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     return args
+
+
+def _family_size(args: argparse.Namespace) -> tuple[int, int]:
+    """(fine-tunes, epochs each) of the planning section's family."""
+    return (2, 2) if args.quick else (3, 3)
+
+
+def _planning_only(args: argparse.Namespace, scratch: Path) -> int:
+    ctx = Context(scratch, isolated_env(scratch), 1, 1, args.chunk_size)
+    data = planning.bench(
+        ctx, scratch / "planning", args.out.parent, args.checkpoints, *_family_size(args)
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    (args.out.parent / "planning.json").write_text(json.dumps(data, indent=2) + "\n")
+    print(report.planning_table(data))
+    for check in report.planning_targets(data):
+        print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.measured}")
+    return 0
 
 
 def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
@@ -131,6 +155,9 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
         series[label] = result
     results["series"] = series
     results["lineage"] = lineage_graph.bench(scratch, ctx.env)
+    results["planning"] = planning.bench(
+        ctx, data / "planning", args.out.parent, args.checkpoints, *_family_size(args)
+    )
 
     chunk = rss["tools"][MGIT]["chunk_size"]  # type: ignore[index]
     results["settings"] = {
@@ -157,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             for check in checks:
                 print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.measured}")
             return 0
+        if args.planning_only:
+            return _planning_only(args, scratch)
         results = run(args, scratch)
     finally:
         if args.keep:

@@ -179,6 +179,8 @@ def targets(results: dict[str, Any]) -> list[Target]:
     )
     if "lineage" in results:
         out += lineage_targets(results["lineage"])
+    if "planning" in results:
+        out += planning_targets(results["planning"])
     return out
 
 
@@ -204,6 +206,85 @@ def lineage_table(data: dict[str, Any]) -> str:
     ]
     title = f"lineage graph: {data['versions']:,} versions, {data['edges']:,} edges"
     return _table(title, ["seconds"], rows)
+
+
+def planning_targets(data: dict[str, Any]) -> list[Target]:
+    """Issue 6: lossless repack beats the default, and every version still checks out."""
+    out = []
+    for label, w in data.items():
+        out.append(
+            Target(
+                f"{label}: lossless repack stores less than the storage core's default",
+                w["repack"] < w["default"],
+                f"{w['repack'] / MIB:.1f} MiB vs {w['default'] / MIB:.1f} MiB "
+                f"({w['default'] / w['repack']:.3f}x); git-lfs {w['git-lfs'] / MIB:.1f} MiB",
+            )
+        )
+        out.append(
+            Target(
+                f"{label}: every version checks out byte-identical after repack, fsck passes",
+                w["verified_files"] == w["versions"],
+                f"{w['verified_files']} of {w['versions']} model files compared",
+            )
+        )
+        kept = [m for m in w["lossy"] if m["accepted"]]
+        worst = min((m["metric_after"] - m["metric_before"] for m in kept), default=0.0)
+        out.append(
+            Target(
+                f"{label}: compress --lossy keeps accuracy within --max-drop, every version "
+                "checks out as added",
+                w["lossy_verified_files"] == w["versions"]
+                and all(m["metric_after"] >= m["metric_before"] * (1 - 0.01) for m in kept),
+                f"{len(kept)} of {len(w['lossy'])} compressed, worst accuracy change "
+                f"{worst:+.4f}, stored {w['git-lfs'] / w['lossy_stored']:.2f}x smaller than git-lfs",
+            )
+        )
+    return out
+
+
+def planning_table(data: dict[str, Any]) -> str:
+    """Storage side by side per workload, as ratios to what git-lfs stores."""
+    columns = list(data)
+    keys = [
+        ("git-lfs (whole files)", "git-lfs"),
+        ("zipnn, each file", "zipnn"),
+        ("git-mgit default", "default"),
+        ("git-mgit after repack", "repack"),
+        ("least storage (MST bound)", "mst"),
+        ("git-mgit, compress --lossy", "lossy_stored"),
+    ]
+    rows = [("raw bytes (MiB)", [f"{data[c]['raw'] / MIB:.1f}" for c in columns])]
+    for name, key in keys:
+        rows.append(
+            (
+                f"{name}: MiB (x smaller than git-lfs)",
+                [
+                    f"{data[c][key] / MIB:.1f} ({data[c]['git-lfs'] / data[c][key]:.2f}x)"
+                    for c in columns
+                ],
+            )
+        )
+    parts = [_table("storage planning: lossless", columns, rows)]
+    for label, w in data.items():
+        lossy = w.get("lossy")
+        if not lossy:
+            continue
+        rows = [
+            (
+                m["model"],
+                [
+                    f"{m['ratio']:.2f}x",
+                    f"{m['metric_before']:.4f}",
+                    f"{m['metric_after']:.4f}",
+                    f"{m['metric_after'] - m['metric_before']:+.4f}",
+                    "yes" if m["accepted"] else "no",
+                ],
+            )
+            for m in lossy
+        ]
+        columns = ["ratio", "accuracy", "after", "change", "kept"]
+        parts += ["", _table(f"{label}: compress --lossy (MGit Table 3)", columns, rows)]
+    return "\n".join(parts)
 
 
 def _split(tool: dict[str, Any]) -> str:
@@ -342,6 +423,8 @@ def render(results: dict[str, Any], checks: list[Target]) -> str:
         parts += [_series_table(label, run), ""]
     if "lineage" in results:
         parts += [lineage_table(results["lineage"]), ""]
+    if "planning" in results:
+        parts += [planning_table(results["planning"]), ""]
     parts += ["", "## Targets", ""]
     for check in checks:
         parts.append(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.measured}")

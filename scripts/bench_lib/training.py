@@ -78,7 +78,7 @@ def _start(seed: int) -> tuple[nn.Module, torch.Generator]:
 def train_series(out_dir: Path, epochs: int, seed: int = 0) -> tuple[list[Path], list[float]]:
     """Pretrain from scratch for `epochs` short epochs; one fp32 checkpoint per epoch and the losses."""
     model, gen = _start(seed)
-    teacher = _teacher(gen)
+    teacher = task_teacher(0)  # the task accuracy() measures, for the lossy table
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     paths, losses = [], []
     for epoch in range(epochs):
@@ -116,3 +116,53 @@ def finetune_series(
 
 def param_count() -> int:
     return sum(p.numel() for p in _model().parameters())
+
+
+def task_teacher(task: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The labelling network of task `task` (fixed by its number)."""
+    return _teacher(torch.Generator().manual_seed(10_000 + task))
+
+
+def accuracy(model: nn.Module, task: int, samples: int = 4096) -> float:
+    """Accuracy on a fixed held-out set of task `task` (the same inputs every call)."""
+    gen = torch.Generator().manual_seed(20_000 + task)
+    x = torch.randn(samples, IN, generator=gen)
+    teacher = task_teacher(task)
+    y = (torch.relu(x @ teacher[0]) @ teacher[1]).argmax(dim=1)
+    with torch.no_grad():
+        return (model.eval()(x).argmax(dim=1) == y).float().mean().item()
+
+
+def finetune_family(
+    out_dir: Path, tunes: int, epochs: int, seed: int = 0
+) -> tuple[Path, dict[str, list[Path]]]:
+    """A base model pretrained on task 0, and `tunes` fine-tunes of it on tasks 1..tunes.
+
+    Returns the base checkpoint and, per fine-tune name, its checkpoint after each epoch.
+    """
+    model, gen = _start(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    _train(model, opt, task_teacher(0), gen, PRETRAIN_STEPS)
+    base = out_dir / "base.safetensors"
+    save_file(model.state_dict(), str(base))
+    family: dict[str, list[Path]] = {}
+    for k in range(1, tunes + 1):
+        tuned = _model()
+        tuned.load_state_dict(model.state_dict())
+        opt = torch.optim.AdamW(tuned.parameters(), lr=FINETUNE_LR * 10)
+        family[f"ft{k}"] = []
+        for epoch in range(epochs):
+            _train(tuned, opt, task_teacher(k), gen, STEPS_PER_EPOCH)
+            path = out_dir / f"ft{k}-{epoch:02d}.safetensors"
+            save_file(tuned.state_dict(), str(path))
+            family[f"ft{k}"].append(path)
+    return base, family
+
+
+def load(path: Path) -> nn.Module:
+    """A checkpoint back as the benchmark's model."""
+    from safetensors.torch import load_file
+
+    model = _model()
+    model.load_state_dict(load_file(str(path)))
+    return model

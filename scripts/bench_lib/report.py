@@ -7,6 +7,7 @@ report, not a test: they never change the exit status.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
@@ -214,10 +215,13 @@ def planning_targets(data: dict[str, Any]) -> list[Target]:
     for label, w in data.items():
         out.append(
             Target(
-                f"{label}: lossless repack stores less than the storage core's default",
+                f"{label}: lossless repack stores less than the storage core's default, "
+                "no version slower to check out",
                 w["repack"] < w["default"],
                 f"{w['repack'] / MIB:.1f} MiB vs {w['default'] / MIB:.1f} MiB "
-                f"({w['default'] / w['repack']:.3f}x); git-lfs {w['git-lfs'] / MIB:.1f} MiB",
+                f"({w['default'] / w['repack']:.3f}x) under budgets heads "
+                f"{w['matched_budgets']['heads']:.2f}x, others {w['matched_budgets']['others']:.2f}x; "
+                f"git-lfs {w['git-lfs'] / MIB:.1f} MiB",
             )
         )
         out.append(
@@ -249,7 +253,8 @@ def planning_table(data: dict[str, Any]) -> str:
         ("git-lfs (whole files)", "git-lfs"),
         ("zipnn, each file", "zipnn"),
         ("git-mgit default", "default"),
-        ("git-mgit after repack", "repack"),
+        ("git-mgit, repack (budgets the default meets)", "repack"),
+        ("git-mgit, repack (heads 2x, others 8x)", "repack_default"),
         ("least storage (MST bound)", "mst"),
         ("git-mgit, compress --lossy", "lossy_stored"),
     ]
@@ -274,15 +279,15 @@ def planning_table(data: dict[str, Any]) -> str:
                 m["model"],
                 [
                     f"{m['ratio']:.2f}x",
-                    f"{m['metric_before']:.4f}",
-                    f"{m['metric_after']:.4f}",
-                    f"{m['metric_after'] - m['metric_before']:+.4f}",
-                    "yes" if m["accepted"] else "no",
+                    _cell(m["metric_before"], ".4f"),
+                    _cell(m["metric_after"], ".4f"),
+                    _cell(m["metric_after"] - m["metric_before"], "+.4f"),
+                    "yes" if m["accepted"] else f"no: {m['note']}",
                 ],
             )
             for m in lossy
         ]
-        columns = ["ratio", "accuracy", "after", "change", "kept"]
+        columns = ["ratio", "accuracy", "after", "change", "compressed"]
         parts += ["", _table(f"{label}: compress --lossy (MGit Table 3)", columns, rows)]
     return "\n".join(parts)
 
@@ -317,7 +322,8 @@ def _rss_rows(tools: dict[str, dict[str, Any]]) -> list[tuple[str, list[str]]]:
 
 
 def _cell(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
+    """A number, or "-" where there is none (not measured, or NaN: no test ran)."""
+    return "-" if value is None or math.isnan(value) else format(value, fmt)
 
 
 def _table(title: str, columns: list[str], rows: list[tuple[str, list[str]]]) -> str:

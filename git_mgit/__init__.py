@@ -1,27 +1,26 @@
 """git-mgit: model checkpoints as first-class git citizens.
 
 `git_mgit.load(model, planes=k)` reads a model version's tensors, floats from
-their top k byte planes with per-element bounds (multires.py). It is
-imported on first use: `import git_mgit` stays free of numpy.
+their top k byte planes with per-element bounds (multires.py);
+`git_mgit.query("select m where ...")` runs a model query (the dql
+package, docs/query.md). Both are imported on first use: `import git_mgit`
+stays free of numpy.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from git_mgit.lazy import exports
+
 if TYPE_CHECKING:  # for type checkers; at run time __getattr__ imports them on first use
+    from git_mgit.dql import query
     from git_mgit.multires import Truncated, load
 
-__all__ = ["Truncated", "load"]
+__all__ = ["Truncated", "load", "query"]
 __version__ = "0.1.0"
 
-_LAZY = {"load": "git_mgit.multires", "Truncated": "git_mgit.multires"}
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = exports(
+    __name__,
+    {"load": "git_mgit.multires", "Truncated": "git_mgit.multires", "query": "git_mgit.dql"},
+)

@@ -81,6 +81,29 @@ class Repo:
     def git_bytes(self, *args: str, **kwargs) -> bytes:
         return git_bytes(*args, cwd=self.worktree or self.git_dir, **kwargs)
 
+    def cat_blobs(self, oids: list[str]) -> list[bytes | None]:
+        """The contents of many small objects in one `git cat-file --batch` call, in order
+        (None for an object git does not have).
+
+        For objects read all at once (notes, manifests); ObjectReader streams large ones.
+        """
+        if not oids:
+            return []
+        out = self.git_bytes("cat-file", "--batch", input="".join(o + "\n" for o in oids).encode())
+        contents: list[bytes | None] = []
+        pos = 0
+        for _ in oids:
+            nl = out.index(b"\n", pos)
+            header = out[pos:nl].split()
+            if len(header) != 3:  # "<oid> missing"
+                contents.append(None)
+                pos = nl + 1
+                continue
+            size = int(header[2])
+            contents.append(out[nl + 1 : nl + 1 + size])
+            pos = nl + 1 + size + 1
+        return contents
+
 
 def find_repo(cwd: str | os.PathLike[str] | None = None) -> Repo:
     """Locate the repository containing `cwd` (default: the current directory)."""

@@ -14,7 +14,7 @@ reuse test results), `bisecting`, `cascade`, `loading`.
 
 from __future__ import annotations
 
-import importlib
+from git_mgit.lazy import exports
 
 _EXPORTS = {
     "load_models": "loading",
@@ -23,10 +23,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    """Import torch only when something that needs it is used."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = exports(__name__, {k: f"{__name__}.{m}" for k, m in _EXPORTS.items()})

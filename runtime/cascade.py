@@ -87,7 +87,8 @@ class Plan:
         return _dependencies(self.units)
 
 
-def _function(lin: Lineage, old: str, declared: str | None) -> str | None:
+def creation_function(lin: Lineage, old: str, declared: str | None) -> str | None:
+    """How `old` is made: its declared `creation`, else the function its provenance edge names."""
     if declared:
         return declared
     for e in lin.graph.in_edges(old, (PROVENANCE,)):
@@ -97,7 +98,7 @@ def _function(lin: Lineage, old: str, declared: str | None) -> str | None:
     return None
 
 
-def _ordered_parents(lin: Lineage, old: str, declared: tuple[str, ...]) -> list[str]:
+def ordered_parents(lin: Lineage, old: str, declared: tuple[str, ...]) -> list[str]:
     """The old version's provenance parents, in mgit.toml's `parents` order where declared."""
     parents = lin.graph.parents(old, (PROVENANCE,))
 
@@ -172,8 +173,8 @@ def plan(
             member = Member(v, held[v], name(v))
             units[v] = Unit(
                 [member],
-                _function(lin, v, decl.creation if decl else None),
-                _ordered_parents(lin, v, decl.parents if decl else ()),
+                creation_function(lin, v, decl.creation if decl else None),
+                ordered_parents(lin, v, decl.parents if decl else ()),
             )
         elif group.name not in units:
             members = [
@@ -184,7 +185,7 @@ def plan(
             parents: dict[str, None] = {}
             for m in members:
                 decl_m = lin.config.models[m.name]
-                parents.update(dict.fromkeys(_ordered_parents(lin, m.old, decl_m.parents)))
+                parents.update(dict.fromkeys(ordered_parents(lin, m.old, decl_m.parents)))
             own = {m.old for m in members}
             units[group.name] = Unit(
                 members, group.creation, [p for p in parents if p not in own], group.name

@@ -84,6 +84,13 @@ class Runner:
         if self._pool is not None:
             self._pool.close()
 
+    @property
+    def pool(self) -> Pool:
+        """The worker processes, started on first use; other jobs may share them."""
+        if self._pool is None:
+            self._pool = Pool(self.root, self.jobs)
+        return self._pool
+
     def tests(self, pattern: str | None = None) -> list[TestDecl]:
         found = list(self.lin.config.tests.values())
         if pattern is not None:
@@ -110,11 +117,9 @@ class Runner:
                 todo.append((r, {"kind": "test", "function": test.function, "model": t.spec()}))
             results.append(r)
         if todo:
-            if self._pool is None:
-                self._pool = Pool(self.root, self.jobs)
             progress = Progress("git-mgit: running tests", len(todo), counting=True)
             try:
-                for r, answer in self._pool.map(todo):
+                for r, answer in self.pool.map(todo):
                     if answer["ok"]:
                         r.metrics = answer["metrics"]
                     else:
@@ -136,8 +141,6 @@ class Runner:
 
         Returns the worker's answer per (label, test name); nothing is recorded.
         """
-        if self._pool is None:
-            self._pool = Pool(self.root, self.jobs)
         todo = [
             ((label, test.name), _file_job(test, path, architecture))
             for test in tests
@@ -146,7 +149,7 @@ class Runner:
         progress = Progress("git-mgit: running tests", len(todo), counting=True)
         answers = {}
         try:
-            for key, answer in self._pool.map(todo):
+            for key, answer in self.pool.map(todo):
                 answers[key] = answer
                 progress.update(1)
         finally:

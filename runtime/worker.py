@@ -12,7 +12,8 @@ safetensors files (out): JSON and safetensors only, never a pickle.
     {"kind": "test", "function": "checks:accuracy", "model": MODEL}
         -> {"ok": true, "metrics": {"accuracy": 0.93}}
     {"kind": "create", "function": "train:finetune", "parents": [MODEL, ...],
-     "outputs": {"NAME": "/tmp/out.safetensors", ...}, "group": false}
+     "outputs": {"NAME": "/tmp/out.safetensors", ...}, "group": false,
+     "config": {"lr": 0.01}}                      (optional: keyword arguments)
         -> {"ok": true}
     MODEL = {"version": "<id>" | "file": "/path/model.safetensors", "architecture": "nets:MLP" | null}
 
@@ -82,7 +83,7 @@ def handle(job: Mapping, lin: Lineage, root: Path) -> dict:
                 ),
             }
     parents = [_materialize(p, lin, root, True) for p in job["parents"]]
-    made = fn(*parents)
+    made = fn(*parents, **job.get("config", {}))
     outputs: Mapping[str, str] = job["outputs"]
     if job.get("group"):
         if not isinstance(made, Mapping) or set(made) != set(outputs):

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from demo_query import queries
 from demo_runtime import runtime
 from demo_shell import DemoFailure, Shell, heading, note
 from safetensors.torch import load_file, save_file
@@ -322,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         summary(sh, originals)
         lineage(sh)
         runtime(sh)
+        queries(sh)
     except DemoFailure as exc:
         print(f"\ndemo FAILED: {exc}\ndemo: left {root} in place to inspect", file=sys.stderr)
         return 1

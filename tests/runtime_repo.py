@@ -13,6 +13,7 @@ references in mgit.toml.
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 import sys
 import textwrap
@@ -26,12 +27,13 @@ import torch
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import Lineage, commit_model
 from tests.gitsandbox import run_git
-from tests.mgitrepo import init_mgit_repo
+from tests.mgitrepo import init_mgit_repo, mgit
 
 ZOO = Path(__file__).parents[1] / "scripts" / "demo_zoo"  # the demo's MLP and data
 
 TRAIN = '''
 import os
+import runpy
 import signal
 from pathlib import Path
 
@@ -219,3 +221,40 @@ def isolated_home(home: Path) -> Iterator[None]:
             mp.setenv(f"GIT_{who}_EMAIL", "test@example.invalid")
         (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
         yield
+
+
+def working_copy(template: Path, tmp_path: Path) -> Path:
+    """A test's own copy of a module's template repository, set up in its global config."""
+    path = tmp_path / "repo"
+    shutil.copytree(template, path, symlinks=True)
+    mgit("install", cwd=path)
+    return path
+
+
+ZOO_FILES = ("nets.py", "train.py", "checks.py", "build.py", "continue_base.py", "mgit.toml")
+
+
+def demo_zoo(repo: Path, checkpoints: int = 2) -> Path:
+    """The demo's model zoo (section 7 of scripts/demo), made by the zoo's own scripts:
+    build.py trains the base and derives ft-a, ft-b, ft-c, grand and pruned, and
+    continue_base.py commits `checkpoints` more versions of the base (no planted bug).
+    Run in this process (torch is imported once), from inside the repository."""
+    init_mgit_repo(repo)
+    for name in ZOO_FILES:
+        shutil.copyfile(ZOO / name, repo / name)
+    run_git("add", *ZOO_FILES, cwd=repo)
+    run_git("commit", "-q", "-m", "Model zoo: code and mgit.toml", cwd=repo)
+    cwd, argv = Path.cwd(), sys.argv
+    sys.path.insert(0, str(repo))
+    try:
+        os.chdir(repo)
+        runpy.run_path("build.py", run_name="__main__")
+        sys.argv = ["continue_base.py", str(checkpoints), str(checkpoints + 1)]
+        runpy.run_path("continue_base.py", run_name="__main__")
+    finally:
+        os.chdir(cwd)
+        sys.argv = argv
+        sys.path.remove(str(repo))
+        for name in ("nets", "train", "checks"):
+            sys.modules.pop(name, None)
+    return repo

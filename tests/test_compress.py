@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -30,7 +29,7 @@ from git_mgit.lineage import Lineage, commit_model, contents, notes, records
 from git_mgit.store.chunkstore import ChunkStore
 from tests.gitsandbox import clone, run_git
 from tests.mgitrepo import init_mgit_repo, mgit
-from tests.runtime_repo import ZOO, isolated_home, write_user_code
+from tests.runtime_repo import ZOO, isolated_home, working_copy, write_user_code
 
 CONFIG = """
 [types.mlp]
@@ -103,10 +102,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def repo(template: Path, tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    shutil.copytree(template, path, symlinks=True)
-    mgit("install", cwd=path)  # this test's own global config
-    return path
+    return working_copy(template, tmp_path)
 
 
 def compress(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -83,3 +83,20 @@ def test_missing_chunk_hash_is_rejected() -> None:
 def test_looks_like_manifest() -> None:
     assert mf.looks_like_manifest(sample().render())
     assert not mf.looks_like_manifest(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=5, unique=True))
+def test_tensor_table_reads_what_parse_reads(names: list[str]) -> None:
+    """The query's fast reader agrees with the strict parser on any tensor name (quotes,
+    backslashes, newlines, non-ASCII) and on empty shapes."""
+    segments, offset = [mf.Segment("header", 0, 8, (H[0],))], 8
+    for i, name in enumerate(names):
+        shape = ((i + 1, 2), (), (0, 3))[i % 3]
+        length = 4 * (shape[0] * shape[1] if shape else 1)
+        hashes = (H[1],) if length else ()
+        segments.append(mf.Segment("tensor", offset, length, hashes, name, "F32", shape))
+        offset += length
+    text = mf.Manifest("safetensors", offset, 64, segments).render()
+    expected = [(s.name, s.dtype, s.shape, s.length) for s in mf.parse(text).segments[1:]]
+    assert [tuple(t) for t in mf.tensor_table(text)] == expected

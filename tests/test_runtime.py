@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -25,7 +24,7 @@ from git_mgit.lineage.graph import PROVENANCE, VERSION
 from git_mgit.runtime import load_models
 from tests.gitsandbox import run_git
 from tests.mgitrepo import mgit
-from tests.runtime_repo import family, isolated_home
+from tests.runtime_repo import family, isolated_home, working_copy
 
 MODELS = ["ft-a", "ft-b", "grand", "head-x", "head-y", "pruned"]
 
@@ -38,10 +37,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def repo(template: Path, tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    shutil.copytree(template, path, symlinks=True)
-    mgit("install", cwd=path)  # this test's own global config
-    return path
+    return working_copy(template, tmp_path)
 
 
 def lineage(repo: Path) -> Lineage:

@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "bisect": "bisect",
     "cascade": "cascade",
     "compress": "compress",
+    "query": "query",
 }
 
 HELP: dict[str, str] = {
@@ -78,6 +79,7 @@ HELP: dict[str, str] = {
     "bisect": "find the first model version a test fails on (about log2(n) runs)",
     "cascade": "re-derive every descendant of an updated model, onto a branch",
     "compress": "lossy delta compression against the lineage parent, gated by tests",
+    "query": "model queries: select, slice, construct, evaluate ... vary ... keep",
 }
 
 

@@ -12,7 +12,6 @@ re-applying is always safe).
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -54,28 +53,9 @@ def load(repo: Repo, ref: str = NOTES_REF) -> Notes:
         target = path.replace("/", "")
         if kind == "blob" and _HEX40.fullmatch(target):
             blobs[target] = oid
-    for target, text in zip(blobs, _cat_blobs(repo, list(blobs.values())), strict=True):
-        notes.texts[target] = text
+    for target, data in zip(blobs, repo.cat_blobs(list(blobs.values())), strict=True):
+        notes.texts[target] = (data or b"").decode("utf-8", "replace")
     return notes
-
-
-def _cat_blobs(repo: Repo, oids: list[str]) -> list[str]:
-    if not oids:
-        return []
-    out = subprocess.run(
-        ["git", "cat-file", "--batch"],
-        cwd=repo.worktree or repo.git_dir,
-        input="".join(o + "\n" for o in oids).encode(),
-        capture_output=True,
-        check=True,
-    ).stdout
-    texts, pos = [], 0
-    for _ in oids:
-        nl = out.index(b"\n", pos)
-        size = int(out[pos:nl].split()[2])
-        texts.append(out[nl + 1 : nl + 1 + size].decode("utf-8", "replace"))
-        pos = nl + 1 + size + 1
-    return texts
 
 
 def _ident(repo: Repo) -> tuple[str, int]:

@@ -2,14 +2,17 @@
 
 The repository is generated with git fast-import: 100 model files, 100
 versions each (1,000 commits that each change 10 models), manifests that are
-real manifest text; version j of model i is derived from version j of model
-(i-1)//2, so there are 9,900 provenance edges on notes, written with one bulk
-notes commit, beside the 9,900 implicit version edges from history.
+real manifest text (a header and 8 tensors each, whose objects are not
+stored: nothing here reads tensor data); version j of model i is derived
+from version j of model (i-1)//2, so there are 9,900 provenance edges on
+notes, written with one bulk notes commit, beside the 9,900 implicit version
+edges from history. query_bench.py builds the same repository.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import subprocess
 import time
 from collections.abc import Callable
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from phases import log
 
+from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import notes, records, traversal
 from git_mgit.lineage.api import Lineage
@@ -26,10 +30,23 @@ MODELS, VERSIONS, PER_COMMIT = 100, 100, 10
 
 
 def _manifest(i: int, j: int) -> bytes:
-    digest = hashlib.sha256(f"{i}/{j}".encode()).hexdigest()
-    return (
-        f"mgit-manifest 1\nkind opaque\nsize 8\nchunk 67108864\nbytes 0 8 b3:{digest}\n"
-    ).encode()
+    """Model i's version j: a header and 8 tensors (the encoder layers in F16 for odd i)."""
+    layer_dtype, width = ("F16", 2) if i % 2 else ("F32", 4)
+    layout = [
+        ("embed.weight", "F32", (1000, 64), 4),
+        *((f"encoder.layer.{k}.weight", layer_dtype, (64, 64), width) for k in range(6)),
+        ("head.weight", "F32", (10, 64), 4),
+    ]
+
+    def content(what: str) -> tuple[bytes]:
+        return (hashlib.sha256(f"{i}/{j}/{what}".encode()).digest(),)
+
+    segments, offset = [mf.Segment("header", 0, 1024, content("header"))], 1024
+    for name, dtype, shape, itemsize in layout:
+        length = math.prod(shape) * itemsize
+        segments.append(mf.Segment("tensor", offset, length, content(name), name, dtype, shape))
+        offset += length
+    return mf.Manifest("safetensors", offset, 1 << 26, segments).render()
 
 
 def _path(i: int) -> str:
@@ -75,7 +92,7 @@ def _blob_id(body: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()
 
 
-def _write_lineage(repo_dir: Path, ids: dict[tuple[int, int], str]) -> None:
+def write_lineage(repo_dir: Path, ids: dict[tuple[int, int], str]) -> None:
     repo = find_repo(repo_dir)
     texts: dict[str, str] = {}
     for (i, j), oid in ids.items():
@@ -90,7 +107,7 @@ def _write_lineage(repo_dir: Path, ids: dict[tuple[int, int], str]) -> None:
     notes.write(repo, lambda _: texts, "bench lineage")
 
 
-def _timed(fn: Callable[[], object]) -> tuple[float, object]:
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
     start = time.perf_counter()
     out = fn()
     return time.perf_counter() - start, out
@@ -99,10 +116,10 @@ def _timed(fn: Callable[[], object]) -> tuple[float, object]:
 def bench(scratch: Path, env: dict[str, str]) -> dict[str, object]:
     repo_dir = scratch / "lineage"
     log("lineage: generating a 10,000-version repository")
-    gen_s, ids = _timed(lambda: generate(repo_dir, env))
-    write_s, _ = _timed(lambda: _write_lineage(repo_dir, ids))
+    gen_s, ids = timed(lambda: generate(repo_dir, env))
+    write_s, _ = timed(lambda: write_lineage(repo_dir, ids))
     lin = Lineage(find_repo(repo_dir))
-    load_s, g = _timed(lambda: lin.graph)
+    load_s, g = timed(lambda: lin.graph)
     root, leaf = ids[0, 0], ids[MODELS - 1, VERSIONS - 1]
     queries: dict[str, Callable[[], object]] = {
         "bfs over every edge from the first root": lambda: sum(1 for _ in traversal.bfs(g, root)),
@@ -119,8 +136,8 @@ def bench(scratch: Path, env: dict[str, str]) -> dict[str, object]:
     times: dict[str, float] = {}
     for name, fn in queries.items():
         log(f"lineage: {name}")
-        times[name] = min(_timed(fn)[0] for _ in range(3))
-    edit_s, _ = _timed(lambda: lin.add_edge(ids[3, 99], ids[90, 99], function="bench:edit"))
+        times[name] = min(timed(fn)[0] for _ in range(3))
+    edit_s, _ = timed(lambda: lin.add_edge(ids[3, 99], ids[90, 99], function="bench:edit"))
     return {
         "versions": len(g.nodes),
         "edges": sum(1 for _ in g.edges()),

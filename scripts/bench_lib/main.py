@@ -22,6 +22,7 @@ import lineage_graph
 import models
 import phases
 import planning
+import query_bench
 import report
 import training
 from phases import Context, log
@@ -56,7 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--lineage-only",
         action="store_true",
-        help="only the lineage graph section (10,000 versions; about a minute)",
+        help="only the lineage graph and model query sections (10,000 versions each; "
+        "about a minute)",
     )
     p.add_argument(
         "--planning-only",
@@ -155,6 +157,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
         series[label] = result
     results["series"] = series
     results["lineage"] = lineage_graph.bench(scratch, ctx.env)
+    results["query"] = query_bench.bench(scratch, ctx.env)
     results["planning"] = planning.bench(
         ctx, data / "planning", args.out.parent, args.checkpoints, *_family_size(args)
     )
@@ -179,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.lineage_only:
             data = lineage_graph.bench(scratch, isolated_env(scratch))
-            checks = report.lineage_targets(data)
-            print(report.lineage_table(data))
+            queries = query_bench.bench(scratch, isolated_env(scratch))
+            checks = report.lineage_targets(data) + report.query_targets(queries)
+            print(report.lineage_table(data) + "\n")
+            print(report.query_table(queries))
             for check in checks:
                 print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.measured}")
             return 0

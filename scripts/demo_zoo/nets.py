@@ -23,11 +23,13 @@ def task(seed: int, n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     return centres[labels] + torch.randn(n, FEATURES, generator=gen), labels
 
 
-def fit(model: MLP, seed: int, steps: int = 30, freeze: tuple[str, ...] = ()) -> MLP:
+def fit(
+    model: MLP, seed: int, steps: int = 30, freeze: tuple[str, ...] = (), lr: float = 0.05
+) -> MLP:
     x, y = task(seed)
     for name, p in model.named_parameters():
         p.requires_grad_(not name.startswith(freeze))
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
     for _ in range(steps):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()

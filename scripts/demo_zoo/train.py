@@ -5,17 +5,19 @@ import torch
 from nets import MLP, fit
 
 
-def finetune_a(base: MLP) -> MLP:
-    return fit(base, seed=1)
+def finetune_a(base: MLP, lr: float = 0.05, steps: int = 30) -> MLP:
+    """Hyper-parameters are keyword arguments: `git mgit query 'evaluate ... vary lr in
+    [...]'` calls the function with each configuration."""
+    return fit(base, seed=1, steps=steps, lr=lr)
 
 
-def finetune_b(base: MLP) -> MLP:
+def finetune_b(base: MLP, lr: float = 0.05, steps: int = 30) -> MLP:
     """Frozen body: only the head learns, so the body is shared with the base."""
-    return fit(base, seed=2, freeze=("body.",))
+    return fit(base, seed=2, steps=steps, freeze=("body.",), lr=lr)
 
 
-def finetune_c(base: MLP) -> MLP:
-    return fit(base, seed=3)
+def finetune_c(base: MLP, lr: float = 0.05, steps: int = 30) -> MLP:
+    return fit(base, seed=3, steps=steps, lr=lr)
 
 
 def specialise(parent: MLP) -> MLP:

@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "cascade": "cascade",
     "compress": "compress",
     "query": "query",
+    "train": "train",
 }
 
 HELP: dict[str, str] = {
@@ -80,6 +81,7 @@ HELP: dict[str, str] = {
     "cascade": "re-derive every descendant of an updated model, onto a branch",
     "compress": "lossy delta compression against the lineage parent, gated by tests",
     "query": "model queries: select, slice, construct, evaluate ... vary ... keep",
+    "train": "train with torchrun; checkpoints are commits on a run branch; resume any of them",
 }
 
 

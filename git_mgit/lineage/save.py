@@ -9,6 +9,10 @@ so `git status` is clean at once. The commit is made from a private index
 (HEAD's tree plus this one file), so nothing else the user has staged is
 swept into it; lineage records land on the new version's manifest.
 
+commit_files() is the same pass for several files at once (a training
+checkpoint: the model, or the shards of a model folder, beside the training
+state), as one commit.
+
 Tensors are numpy arrays or torch tensors; torch is used only if the caller
 already imported it (the core never imports torch).
 """
@@ -22,12 +26,13 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 from dulwich.index import Index, IndexEntry
 
 from git_mgit import config, dtypes
+from git_mgit import manifest as mf
 from git_mgit.clean import clean
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
@@ -38,6 +43,7 @@ from git_mgit.store.chunkstore import ChunkStore
 
 _NUMPY = {np.dtype(code).name: name for name, code in dtypes.NUMPY.items()}  # "float32": "F32"
 _TORCH = {f"torch.{attr}": name for name, attr in dtypes.TORCH.items()}  # "torch.float32": "F32"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,16 @@ class Saved:
     path: str
     version: str  # the manifest blob id: the model version
     commit: str
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One tracked safetensors file for commit_files()."""
+
+    path: str  # relative to the working tree, '/'-separated
+    tensors: Mapping[str, object]
+    metadata: Mapping[str, str] | None = None
+    base: mf.Manifest | None = None  # delta base while the path has no previous version
 
 
 def _as_bytes(name: str, value: object) -> tuple[str, list[int], memoryview]:
@@ -125,14 +141,15 @@ def _stage(repo: Repo, rel: str, blob: str, file: Path) -> None:
     index.write()
 
 
-def _commit(repo: Repo, rel: str, blob: str, message: str, ref: str = "HEAD") -> str:
-    """Commit `ref`'s tree with `rel` replaced, through a private index; returns the commit."""
+def _commit(repo: Repo, blobs: Mapping[str, str], message: str, ref: str = "HEAD") -> str:
+    """Commit `ref`'s tree with the paths in `blobs` replaced, through a private index."""
     head = repo.git("rev-parse", "--verify", "--quiet", ref, check=False) or None
     with tempfile.TemporaryDirectory(dir=repo.mgit_dir) as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         if head:
             repo.git("read-tree", head, env=env)
-        repo.git("update-index", "--add", "--cacheinfo", f"100644,{blob},{rel}", env=env)
+        entries = "".join(f"100644 {blob}\t{rel}\n" for rel, blob in blobs.items())
+        repo.git("update-index", "--add", "--index-info", input=entries.encode(), env=env)
         tree = repo.git("write-tree", env=env)
     commit = repo.git("commit-tree", tree, *(["-p", head] if head else []), "-m", message)
     repo.git("update-ref", "-m", f"commit (git-mgit): {message}", ref, commit, head or "0" * 40)
@@ -165,44 +182,98 @@ def commit_model(
     repo = lin.repo
     if repo.worktree is None:
         raise MgitError("commit_model needs a working tree (this repository is bare)")
-    file = Path(path).absolute()
-    rel = file.relative_to(repo.worktree).as_posix()
-    attr = repo.git("check-attr", "filter", "--", rel)
-    if not attr.endswith(": mgit"):
-        raise MgitError(f"{rel} is not tracked by git-mgit; run `git mgit track '*.safetensors'`")
+    rel = Path(path).absolute().relative_to(repo.worktree).as_posix()
     parent_versions = [lin.resolve(p) for p in parents]
     if name is not None and lin.graph.named(name):
         raise MgitError(f"the name {name!r} is taken; pick another or remove that node first")
-    tensors = [(n, *_as_bytes(n, v)) for n, v in sorted(state_dict.items())]
-    header = serialize_header(tensors, metadata)
+    base = None
+    if parent_versions and parent_versions[0].kind == "file":
+        base = version_manifests(repo, parent_versions[0].id, "file")[""]
+    commit, blobs = commit_files(
+        repo, [ModelFile(rel, state_dict, metadata, base)], message or f"Save {rel}", branch
+    )
+    code = repo.git("rev-parse", "--verify", "--quiet", f"{commit}^", check=False) or None
+    record_lineage(lin, blobs[rel], rel, parent_versions, function, code, previous, name, type)
+    return Saved(rel, blobs[rel], commit)
+
+
+def version_manifests(repo: Repo, version: str, kind: str) -> dict[str, mf.Manifest]:
+    """The manifests of a model version (one for a file, one per shard of a folder)."""
     store = ChunkStore(repo)
     try:
-        base = None
-        if parent_versions and parent_versions[0].kind == "file":
-            base = contents.manifests(repo, store.reader, parent_versions[0].id, "file")[""]
-        pieces = [memoryview(header), *(data for *_, data in tensors)]
-
-        def clean_into(sink: BinaryIO) -> str:
-            return clean(_TeeStream(pieces, sink), rel, store, config.load(repo), base=base)
-
-        if branch is not None:
-            with open(os.devnull, "wb") as sink:
-                text = clean_into(sink)
-        else:
-            text = _write_file(file, clean_into)
+        return contents.manifests(repo, store.reader, version, kind)
     finally:
         store.close()
-    blob = repo.git("hash-object", "-w", "--stdin", input=text)
-    if branch is None:
-        _stage(repo, rel, blob, file)
+
+
+def commit_files(
+    repo: Repo,
+    files: Sequence[ModelFile],
+    message: str,
+    branch: str | None = None,
+    plain: Mapping[str, bytes] | None = None,
+) -> tuple[str, dict[str, str]]:
+    """Write and clean each file in one pass, commit them (and `plain` small files) as one commit.
+
+    Returns the commit and each path's blob (the manifest of a tracked file).
+    Without `branch` the files are written to the working tree and staged,
+    as commit_model does. With `branch` (an existing branch) nothing outside
+    git's object database is touched, and each file's delta base is its
+    version on that branch: a training run's checkpoints then chain their
+    deltas along the run even though the user's checkout never holds them.
+    """
+    if repo.worktree is None:
+        raise MgitError("committing model files needs a working tree (this repository is bare)")
     ref = f"refs/heads/{branch}" if branch is not None else "HEAD"
-    commit = _commit(repo, rel, blob, message or f"Save {rel}", ref)
-    code = repo.git("rev-parse", "--verify", "--quiet", f"{commit}^", check=False) or None
-    record_lineage(lin, blob, rel, parent_versions, function, code, previous, name, type)
-    return Saved(rel, blob, commit)
+    for f in files:
+        if not repo.git("check-attr", "filter", "--", f.path).endswith(": mgit"):
+            raise MgitError(
+                f"{f.path} is not tracked by git-mgit; run `git mgit track '*.safetensors'`"
+            )
+    blobs: dict[str, str] = {}
+    store = ChunkStore(repo)
+    try:
+        settings = config.load(repo)
+        for f in files:
+            text = _clean_file(repo, store, settings, f, ref if branch is not None else None)
+            blobs[f.path] = repo.git("hash-object", "-w", "--stdin", input=text)
+    finally:
+        store.close()
+    for rel, data in (plain or {}).items():
+        blobs[rel] = repo.git("hash-object", "-w", "--stdin", input=data)
+        if branch is None:
+            file = repo.worktree / rel
+            _write_file(file, lambda sink, data=data: sink.write(data))
+            _stage(repo, rel, blobs[rel], file)
+    if branch is None:
+        for f in files:
+            _stage(repo, f.path, blobs[f.path], repo.worktree / f.path)
+    return _commit(repo, blobs, message, ref), blobs
 
 
-def _write_file(file: Path, clean_into: Callable[[BinaryIO], str]) -> str:
+def _clean_file(
+    repo: Repo, store: ChunkStore, settings: config.Settings, f: ModelFile, branch_ref: str | None
+) -> bytes:
+    """Serialize `f` once, cleaning every byte; into the working tree unless committing to a branch."""
+    tensors = [(n, *_as_bytes(n, v)) for n, v in sorted(f.tensors.items())]
+    pieces = [memoryview(serialize_header(tensors, f.metadata)), *(d for *_, d in tensors)]
+    base = f.base
+    if branch_ref is not None:
+        on_branch = store.reader.read(f"{branch_ref}:{f.path}")
+        if on_branch is not None and mf.looks_like_manifest(on_branch):
+            base = mf.parse(bytes(on_branch))
+
+    def clean_into(sink: BinaryIO) -> bytes:
+        stream = _TeeStream(pieces, sink)
+        return clean(stream, f.path, store, settings, base=base, from_index=branch_ref is None)
+
+    if branch_ref is not None:
+        with open(os.devnull, "wb") as sink:
+            return clean_into(sink)
+    return _write_file(repo.worktree / f.path, clean_into)
+
+
+def _write_file(file: Path, clean_into: Callable[[BinaryIO], _T]) -> _T:
     """Write the model file and clean it in the same pass; the file appears whole or not at all."""
     file.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".mgit-", dir=file.parent)
@@ -226,9 +297,13 @@ def record_lineage(
     previous: str | None = None,
     name: str | None = None,
     type: str | None = None,
+    kind: str = "file",
 ) -> None:
-    """The node, provenance and version records of a saved version (one notes commit)."""
-    recs = [records.make("node", name=name, path=rel, type=type, model_kind="file")]
+    """The node, provenance and version records of a saved version (one notes commit).
+
+    `kind` is "folder" when `version` is the tree of a model folder.
+    """
+    recs = [records.make("node", name=name, path=rel, type=type, model_kind=kind)]
     for p in parents:
         recs.append(
             records.make(

@@ -1,0 +1,305 @@
+"""The checkpointer a training loop calls, and a thin loop helper built on it.
+
+    ckpt = Checkpointer(model, optimizer, scheduler, run=committer, info=Info("demo", Position()))
+    for epoch in ckpt.epochs(3):               # starts where a resumed checkpoint left off
+        for x, y in ckpt.batches(loader):      # skips the batches it had done, sets the sampler's epoch
+            ...; optimizer.step()
+            ckpt.step({"loss": loss})          # one iteration done: checkpoint if due (every / adaptive)
+        scheduler.step()
+        ckpt.save({"loss": loss})              # the end of the epoch: always a checkpoint
+    ckpt.close()                               # waits for background commits; raises their errors
+
+Every rank calls the same methods at the same iterations (the decisions
+are made so that they agree without extra communication); rank 0 alone
+stages copies and commits. Modes: `off` (nothing is saved: a replay, or a
+baseline), `sync` (the loop waits for each commit), `background` (the loop
+waits for the copy off the device; the commit runs in a thread, at most
+`max_pending` behind), `adaptive` (background, and step() checkpoints by
+Flor's rule instead of every `every` iterations).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+from git_mgit.runtime.training import distributed, rng, state
+from git_mgit.runtime.training.adaptive import EPS, RESTORE_RATIO, AdaptivePeriod
+from git_mgit.runtime.training.distributed import World
+from git_mgit.runtime.training.layout import (
+    CheckpointError,
+    Info,
+    Position,
+    Snapshot,
+    metric_values,
+)
+from git_mgit.runtime.training.resume import Restored, Resume, restore
+from git_mgit.runtime.training.staging import Stager
+from git_mgit.runtime.training.writers import BackgroundWriter, Commit, SyncWriter, Writer
+
+MODES = ("off", "sync", "background", "adaptive")
+
+
+class Checkpointer:
+    """Checkpoints one model (with its optimizer and scheduler) as commits of one run."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        scheduler: Any | None = None,
+        *,
+        info: Info,
+        commit: Commit | None = None,
+        world: World | None = None,
+        mode: str = "background",
+        every: int | None = None,
+        max_pending: int = 1,
+        eps: float = EPS,
+        restore_ratio: float = RESTORE_RATIO,
+        resume: Resume | None = None,
+    ) -> None:
+        """`info` describes the run (its position is ignored); `commit` commits a snapshot
+        (rank 0's RunCommitter; None elsewhere or with mode "off"); `every`: step()
+        checkpoints every that many iterations (not in adaptive mode; None: never).
+
+        With `resume`, the model, optimizer, scheduler and RNG states are restored
+        here, so create the checkpointer after them and right before the loop.
+        """
+        if mode not in MODES:
+            raise CheckpointError(
+                f"unknown checkpoint mode {mode!r}; use one of {', '.join(MODES)}"
+            )
+        if every is not None and every < 1:
+            raise CheckpointError(f"every must be a positive number of iterations, not {every}")
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.world = world or distributed.current()
+        self.mode, self.every = mode, every
+        self.info = info
+        self.position = Position()
+        self.metrics: Mapping[str, Any] = {}
+        self.commits: list[Any] = []  # what `commit` returned, in order (rank 0)
+        self.period = AdaptivePeriod(eps, restore_ratio)
+        self._due = 1 if mode == "adaptive" else (every or 0)
+        self._epoch_done = False
+        self._rng_epoch: tuple[dict, dict] | None = None
+        self._restored: Restored | None = None
+        self._skip = 0  # batches of the current epoch a resumed run has already done
+        self._last = time.perf_counter()
+        self._stager = Stager()
+        self._writer: Writer | None = None
+        if mode != "off" and self.world.writer:
+            if commit is None:
+                raise CheckpointError(f"mode {mode!r} needs somewhere to commit (rank 0)")
+            recorded = self._recorded(commit)
+            if mode == "sync":
+                self._writer = SyncWriter(recorded, self._stager.release)
+            else:
+                self._writer = BackgroundWriter(recorded, self._stager.release, max_pending)
+        self.resumed: Info | None = None
+        if resume is not None:
+            self._restored = restore(resume, model, optimizer, scheduler, self.world)
+            self.resumed = resume.info
+            self.position = resume.info.position
+            self.metrics = dict(resume.info.metrics)
+            self._epoch_done = self.position.end_of_epoch
+            self._skip = 0 if self._epoch_done else self.position.step
+
+    def _recorded(self, commit: Commit) -> Commit:
+        def run(snapshot: Snapshot) -> object:
+            done = commit(snapshot)
+            self.commits.append(done)
+            return done
+
+        return run
+
+    # -- the loop helpers ---------------------------------------------------------------------
+
+    def epochs(self, count: int) -> Iterator[int]:
+        """Epoch indices from where training stands (0, or after a resumed checkpoint) to count-1."""
+        start, skip = self.position.resume_at()
+        for epoch in range(start, count):
+            resuming = epoch == start and skip > 0
+            self._skip = skip if resuming else 0
+            self.position = dataclasses.replace(
+                self.position, epoch=epoch, step=self._skip, end_of_epoch=False
+            )
+            self._epoch_done = False
+            yield epoch
+
+    def batches(self, loader: Iterable) -> Iterator:
+        """The loader's batches for the current epoch, minus those a resumed run had done.
+
+        Sets a DistributedSampler's epoch (the data order must be a function of
+        seed and epoch for a resumed run to see the same batches), and keeps the
+        generators' state at the moment the loader's iterator is made, so a run
+        resumed mid-epoch remakes the same iterator (same worker seeds) before
+        skipping to where it was.
+        """
+        self._advance()
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(self.position.epoch)
+        self.position = dataclasses.replace(
+            self.position,
+            sampler_seed=getattr(sampler, "seed", None),
+            sampler_epoch=getattr(sampler, "epoch", None),
+        )
+        restored, skip = self._restored, self._skip
+        if skip and restored is not None and restored.rng_epoch is not None:
+            rng.restore(*restored.rng_epoch)
+        self._rng_epoch = rng.capture()
+        it = iter(loader)
+        for _ in range(skip):
+            if next(it, None) is None:
+                raise CheckpointError(f"the loader has fewer than {skip} batches to skip")
+        if skip and restored is not None:
+            rng.restore(*restored.rng)
+        self._skip, self._restored = 0, None
+        self._last = time.perf_counter()
+        yield from it
+        self._epoch_done = True
+
+    def _advance(self) -> None:
+        """A loop without epochs(): the first batch or step after an epoch's end starts the next."""
+        if self._epoch_done:
+            pos = self.position
+            self.position = dataclasses.replace(
+                pos, epoch=pos.epoch + 1, step=0, end_of_epoch=False
+            )
+            self._epoch_done = False
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def step(self, metrics: Mapping[str, Any] | None = None) -> bool:
+        """One iteration is done (call it after optimizer.step()); checkpoint if one is due.
+
+        `metrics` are kept as given (tensors stay on the device; they are read
+        only when a checkpoint is taken). Returns whether it checkpointed.
+        """
+        now = time.perf_counter()
+        self.period.iteration(now - self._last)
+        self._last = now
+        self._advance()
+        pos = self.position
+        self.position = dataclasses.replace(pos, step=pos.step + 1, global_step=pos.global_step + 1)
+        if metrics is not None:
+            self.metrics = metrics
+        if self.mode == "off" or not self._due or self.period.n < self._due:
+            return False
+        self._checkpoint(False)
+        return True
+
+    def save(
+        self,
+        metrics: Mapping[str, Any] | None = None,
+        *,
+        epoch: int | None = None,
+        step: int | None = None,
+        end_of_epoch: bool | None = None,
+    ) -> None:
+        """Checkpoint now. By default the position is the one the loop helpers track, and
+        the checkpoint counts as the end of the epoch once batches() ran out."""
+        if metrics is not None:
+            self.metrics = metrics
+        changes: dict[str, Any] = {}
+        if epoch is not None:
+            changes["epoch"] = epoch
+        if step is not None:
+            changes["step"] = step
+        if end_of_epoch is not None:
+            self._epoch_done = end_of_epoch
+        changes["end_of_epoch"] = self._epoch_done
+        self.position = dataclasses.replace(self.position, **changes)
+        if self.mode != "off":
+            self._checkpoint(True)
+
+    def _checkpoint(self, explicit: bool) -> None:
+        """Take a checkpoint on every rank: gather, stage, hand to the writer (rank 0)."""
+        began = time.perf_counter()
+        if self._writer is not None:
+            self._writer.reserve()
+        captured = state.capture(self.model, self.optimizer, self.scheduler, self.world)
+        gathered = self._gather_rng()
+        if self._writer is not None:
+            tensors = {**_prefixed("model", captured.model), **captured.training}
+            staged = self._stager.copy(tensors, copy=not captured.fresh)
+            model = {
+                n[len("model/") :]: t for n, t in staged.tensors.items() if n.startswith("model/")
+            }
+            training = {n: t for n, t in staged.tensors.items() if not n.startswith("model/")}
+            info = dataclasses.replace(
+                self.info, position=self.position, metrics=metric_values(self.metrics)
+            )
+            snapshot = Snapshot(info, model, training, captured.skeletons, *gathered)
+            self._writer.submit(snapshot, staged)
+        took = time.perf_counter() - began
+        self.period.checkpointed(took)
+        self._last += took  # the loop's time in a checkpoint is not compute time
+        if self.mode == "adaptive":
+            due = self.period.next_due() if self.world.writer else 0
+            self._due = distributed.broadcast_int(due, self.world)
+        elif self.every and not explicit:
+            self._due = self.period.n + self.every
+
+    def _gather_rng(self) -> tuple[list, list | None]:
+        """Every rank's generator states (now, and at this epoch's loader start) on rank 0."""
+        states = {"rng": rng.capture()}
+        if self._rng_epoch is not None:
+            states["rng-epoch"] = self._rng_epoch
+        tensors = {f"{k}/{n}": t for k, (_, ts) in states.items() for n, t in ts.items()}
+        fields = {k: f for k, (f, _) in states.items()}
+        packed = distributed.pack(tensors, {"fields": json.dumps(fields)})
+        per_rank = [distributed.unpack(b) for b in distributed.all_gather_bytes(packed, self.world)]
+        out: dict[str, list] = {}
+        for tensors_r, meta in per_rank:
+            for key, f in json.loads(meta["fields"]).items():
+                prefix = f"{key}/"
+                ts = {n[len(prefix) :]: t for n, t in tensors_r.items() if n.startswith(prefix)}
+                out.setdefault(key, []).append((f, ts))
+        return out["rng"], out.get("rng-epoch")
+
+    def wait(self) -> None:
+        """Return when every checkpoint taken so far is committed (rank 0); raise a failure."""
+        if self._writer is not None:
+            self._writer.wait()
+
+    def close(self) -> None:
+        """Finish: wait for the background commits, raise any failure, then meet the other ranks."""
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            self.world.barrier()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _prefixed(prefix: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {f"{prefix}/{n}": t for n, t in tensors.items()}
+
+
+def fit(
+    ckpt: Checkpointer,
+    loader: Iterable,
+    train_step: Callable[[Any], Mapping[str, Any]],
+    epochs: int,
+    end_of_epoch: Callable[[int], Mapping[str, Any] | None] | None = None,
+) -> None:
+    """The loop most training scripts write: `train_step(batch)` returns the step's metrics;
+    `end_of_epoch(epoch)` (scheduler step, evaluation) may return metrics for the checkpoint
+    that ends every epoch."""
+    for epoch in ckpt.epochs(epochs):
+        for batch in ckpt.batches(loader):
+            ckpt.step(train_step(batch))
+        extra = end_of_epoch(epoch) if end_of_epoch is not None else None
+        ckpt.save({**ckpt.metrics, **(extra or {})})

@@ -1,0 +1,133 @@
+"""Checkpoints in git: commit a snapshot onto its run branch with lineage, read one back.
+
+The storage half of checkpointing (layout.py plans the files, this writes
+them): rank 0's writer calls RunCommitter for each snapshot, in order.
+Each checkpoint is one commit made with commit_files() onto `runs/NAME`
+(created at the code commit on first use), so the user's checkout and index
+are never touched; each file's delta base is its previous version on the
+branch, and the first model's is the model training started from. Lineage
+records: the run's first checkpoint gets a provenance edge from the start
+model (function and code commit), every later one a version edge from the
+checkpoint before it (across a resume too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from git_mgit import manifest as mf
+from git_mgit.gitcmd import Repo, find_repo
+from git_mgit.lineage.api import Lineage
+from git_mgit.lineage.resolve import Version
+from git_mgit.lineage.save import ModelFile, commit_files, record_lineage, version_manifests
+from git_mgit.runtime.loading import load_state_dict
+from git_mgit.runtime.training import layout, runs
+from git_mgit.runtime.training.layout import Snapshot
+
+
+@dataclass(frozen=True)
+class Committed:
+    commit: str
+    model: str  # the model version
+    info: layout.Info
+
+
+def _merged(manifests: dict[str, mf.Manifest]) -> mf.Manifest | None:
+    """One manifest holding every shard's tensors: a delta base found by tensor name."""
+    if not manifests:
+        return None
+    first = next(iter(manifests.values()))
+    segments = [s for m in manifests.values() for s in m.segments if s.kind == "tensor"]
+    return mf.Manifest(first.kind, 0, first.chunk_size, segments)
+
+
+class RunCommitter:
+    """Commits one run's checkpoints, in order (called from one thread at a time)."""
+
+    def __init__(
+        self,
+        repo: Repo,
+        run: str,
+        code: str,
+        start: str | None = None,
+        previous: str | None = None,
+        resumed_from: str | None = None,
+        branch_from: str | None = None,
+        shards: int = 1,
+    ) -> None:
+        """`code`: the commit the training code is; `start`: the version training began
+        from; `previous`: the model version of the checkpoint this run continues (on
+        resume); `branch_from`: where the run branch starts if it does not exist yet
+        (default `code`; the resumed checkpoint when a new run branches from it);
+        `shards`: files of a sharded model folder."""
+        self.repo = repo
+        self.lineage = Lineage(repo)
+        self.run, self.code, self.shards = run, code, shards
+        self.branch_from = branch_from or code
+        self.previous, self.resumed_from = previous, resumed_from
+        self.start: Version | None = self.lineage.resolve(start) if start else None
+        node = self.lineage.graph.nodes.get(self.start.id if self.start else previous or "")
+        self.type = node.type if node is not None else None  # checkpoints are of the start's type
+        self.base = None  # the first model checkpoint's delta base
+        if self.start is not None:
+            self.base = _merged(version_manifests(repo, self.start.id, self.start.kind))
+
+    def __call__(self, snapshot: Snapshot) -> Committed:
+        info = snapshot.info
+        if runs.tip(self.repo, self.run) is None:
+            runs.create_branch(self.repo, self.run, self.branch_from)
+        planned, plain = layout.plan(snapshot, self.shards)
+        training = layout.training_path(self.run)
+        files = [
+            ModelFile(f.path, f.tensors, f.metadata, None if f.path == training else self.base)
+            for f in planned
+        ]
+        message = layout.message(info, self.resumed_from)
+        commit, blobs = commit_files(self.repo, files, message, layout.branch(self.run), plain)
+        self.resumed_from = None  # only the first checkpoint after a resume says so
+        sharded = info.parallel == "fsdp"
+        path = layout.model_path(self.run, sharded)
+        model = blobs[path] if path in blobs else self.repo.git("rev-parse", f"{commit}:{path}")
+        first = self.previous is None
+        record_lineage(
+            self.lineage,
+            model,
+            path,
+            [self.start] if first and self.start else [],
+            info.function if first else None,
+            self.code,
+            previous=self.previous if self.previous != model else None,  # unchanged: no edge
+            type=self.type,
+            kind="folder" if sharded else "file",
+        )
+        self.previous = model
+        return Committed(commit, model, info)
+
+
+def read(root: str | Path, found: runs.Found) -> Snapshot:
+    """The snapshot a checkpoint commit holds (host tensors, read from the objects)."""
+    lin = Lineage(find_repo(Path(root)))
+    run = found.info.run
+    model = load_state_dict(f"{found.commit}:{layout.model_path(run, found.sharded)}", lin)
+    training = load_state_dict(f"{found.commit}:{layout.training_path(run)}", lin)
+    meta = runs.read_metadata(lin.repo, found.training)
+    return layout.unplan(_unshared(model), _unshared(training), meta)
+
+
+def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Give tensors that loading shared (equal content) their own storage.
+
+    Sharing is right for models served side by side, wrong for training state:
+    every parameter's Adam `step` holds the same number, and one shared tensor
+    would be incremented once per parameter.
+    """
+    seen: set[int] = set()
+    out = {}
+    for name, t in tensors.items():
+        ptr = t.untyped_storage().data_ptr()
+        out[name] = t.clone() if ptr in seen and t.numel() else t
+        seen.add(ptr)
+    return out

@@ -6,7 +6,9 @@ chooses codecs: by encoding the same sample windows of both chunks and
 scaling to the chunk's length (exact for chunks up to the sample size).
 The edge an object is stored with now costs its real size; the others 2%
 more than estimated, so a repack moves an object only for a gain larger
-than the estimate's error. Recreation cost: the bytes one level of a delta chain decodes, so a
+than the estimate's error. `Costed.assuming` costs a plan the way the next
+repack would see it once carried out, so a repack can settle its own plan
+and one run is final. Recreation cost: the bytes one level of a delta chain decodes, so a
 version's cost is its size times the average chain length it reads
 through, and a budget is a multiple of the version's size.
 
@@ -17,6 +19,7 @@ memory holds one tensor's samples across versions, never the repository.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from git_mgit.codecs import codec
@@ -45,36 +48,37 @@ class Budgets:
 
 @dataclass
 class Costed:
-    graph: StorageGraph
+    graph: StorageGraph  # as this repack costs it: edges objects have now at their real size
     nodes: list[bytes]  # node index -> content hash
     index: dict[bytes, int]
-    inflated: frozenset[Edge]  # estimated edges, their cost raised by SWITCH
+    estimates: dict[Edge, float]  # every edge of graph -> its estimate, no SWITCH margin
+    current: frozenset[Edge]  # the edges objects are stored with now
 
     def assuming(self, plan: Plan) -> StorageGraph:
-        """The graph as the next repack would cost it had this plan been carried out:
-        the plan's edges at their estimate, the others still raised by SWITCH."""
-        return self._deflated(set(plan.chosen) & self.inflated)
+        """The graph as the next repack would cost it had this plan been carried out: the
+        plan's edges at their real size (or estimate, if new), every other edge raised by SWITCH."""
+        chosen = set(plan.chosen)
+        return self._costed(lambda e: self._size(e) if e in chosen else self.estimates[e] * SWITCH)
 
     def estimated(self) -> StorageGraph:
-        """Every edge at its estimate, none raised: the graph the MST and SPT bounds use."""
-        return self._deflated(self.inflated)
-
-    def _deflated(self, which: frozenset[Edge] | set[Edge]) -> StorageGraph:
-        edges = [
-            replace(e, storage=e.storage / SWITCH) if e in which else e for e in self.graph.edges
-        ]
-        return StorageGraph(self.graph.n, edges, self.graph.groups)
+        """Every edge at its real size or estimate, none raised: what the MST and SPT bounds use."""
+        return self._costed(self._size)
 
     def settled(self, plan: Plan) -> float:
         """The plan's storage once carried out: its estimated edges without the SWITCH margin."""
-        return math.fsum(
-            e.storage / SWITCH if e in self.inflated else e.storage for e in plan.chosen
-        )
+        return math.fsum(self._size(e) for e in plan.chosen)
 
     def plan_of(self, other: Plan) -> Plan:
         """A plan of a re-costed copy of the graph, on this graph's edges."""
         edges = {(e.src, e.dst): e for e in self.graph.edges}
         return Plan(self.graph, [edges[e.src, e.dst] for e in other.chosen])
+
+    def _size(self, e: Edge) -> float:
+        return e.storage if e in self.current else self.estimates[e]
+
+    def _costed(self, storage: Callable[[Edge], float]) -> StorageGraph:
+        edges = [replace(e, storage=storage(e)) for e in self.graph.edges]
+        return StorageGraph(self.graph.n, edges, self.graph.groups)
 
 
 def _sample(store: ChunkStore, h: bytes, dtype: str) -> tuple[memoryview, float]:
@@ -89,10 +93,22 @@ def measure(store: ChunkStore, sv: Survey, budgets: Budgets) -> Costed:
     nodes = list(sv.chunks)
     index = {h: i for i, h in enumerate(nodes)}
     into: dict[bytes, list[bytes]] = {}
-    for base, h in sv.pairs:
+    for base, h in sorted(sv.pairs):  # sorted: the same repository always plans the same
         into.setdefault(h, []).append(base)
     edges: list[Edge] = []
-    inflated: set[Edge] = set()
+    estimates: dict[Edge, float] = {}
+    current: set[Edge] = set()
+
+    def add(src: int, dst: int, estimate: float, real: float | None) -> None:
+        """An edge at its real size where its object is stored so now, else estimate + SWITCH."""
+        edge = Edge(
+            src, dst, estimate * SWITCH if real is None else real, sv.chunks[nodes[dst]].length
+        )
+        edges.append(edge)
+        estimates[edge] = estimate
+        if real is not None:
+            current.add(edge)
+
     progress = Progress("measuring deltas", sum(c.length for c in sv.chunks.values()))
     try:
         for component in sv.components():
@@ -102,26 +118,18 @@ def measure(store: ChunkStore, sv: Survey, budgets: Budgets) -> Costed:
                 samples[h] = _sample(store, h, info.dtype)
                 progress.update(info.length)
             for h in component:
-                info = sv.chunks[h]
+                dtype = sv.chunks[h].dtype
                 sample, scale = samples[h]
-                # The object as it is stored now: its real size, not an estimate (a
-                # `qdelta` object is smaller than any lossless estimate says).
-                current, size = store.chain_of(h)[0], store.locate(h)[1]
-                if current is None:
-                    edges.append(Edge(ROOT, index[h], float(size), info.length))
-                else:
-                    sizes = codec.estimate(sample, info.dtype)
-                    stored = sizes[codec.standalone(sizes)] * scale * SWITCH
-                    edges.append(Edge(ROOT, index[h], stored, info.length))
-                    inflated.add(edges[-1])
+                # The object as it is stored now counts at its real size, not an estimate
+                # (a `qdelta` object is smaller than any lossless estimate says).
+                base_now, size = store.chain_of(h)[0], float(store.locate(h)[1])
+                sizes = codec.estimate(sample, dtype)
+                whole = sizes[codec.standalone(sizes)] * scale
+                add(ROOT, index[h], whole, size if base_now is None else None)
                 for base in into.get(h, ()):
-                    if base == current:
-                        edges.append(Edge(index[base], index[h], float(size), info.length))
-                        continue
-                    sizes = codec.estimate(sample, info.dtype, samples[base][0])
-                    delta = min(sizes[Codec.XOR], sizes[Codec.SUB]) * scale * SWITCH
-                    edges.append(Edge(index[base], index[h], delta, info.length))
-                    inflated.add(edges[-1])
+                    sizes = codec.estimate(sample, dtype, samples[base][0])
+                    delta = min(sizes[Codec.XOR], sizes[Codec.SUB]) * scale
+                    add(index[base], index[h], delta, size if base == base_now else None)
     finally:
         progress.finish()
     groups = [
@@ -129,4 +137,5 @@ def measure(store: ChunkStore, sv: Survey, budgets: Budgets) -> Costed:
         for v, hashes in sv.versions.items()
         if hashes
     ]
-    return Costed(StorageGraph(len(nodes), edges, groups), nodes, index, frozenset(inflated))
+    graph = StorageGraph(len(nodes), edges, groups)
+    return Costed(graph, nodes, index, estimates, frozenset(current))

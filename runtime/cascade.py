@@ -36,6 +36,7 @@ from git_mgit.errors import MgitError
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.graph import PROVENANCE, VERSION
+from git_mgit.lineage.records import QUERY_FUNCTION
 from git_mgit.lineage.resolve import Version
 from git_mgit.lineage.save import commit_model, record_lineage
 from git_mgit.runtime.jobs import Pool
@@ -354,7 +355,7 @@ class _Cascade:
                     if failure is not None or not pool.idle():
                         break
                     unit = plan.units[i]
-                    if not unit.function:
+                    if not unit.function or unit.function.startswith(QUERY_FUNCTION):
                         failure = self._no_function(unit)
                         break
                     job, running[i] = self.job(unit)
@@ -382,10 +383,13 @@ class _Cascade:
 
     def _no_function(self, unit: Unit) -> str:
         where = f"[groups.{unit.group}]" if unit.group else f"[models.{unit.members[0].name}]"
-        return (
-            f"{unit.label} has no creation function: add creation = 'module:function' to "
-            f"{where} in mgit.toml"
-        )
+        fix = f"add creation = 'module:function' to {where} in mgit.toml"
+        if unit.function:  # a query made it: a cascade re-runs functions, not queries
+            return (
+                f"{unit.label} was made by a query, which a cascade does not re-run: run the "
+                f"query again on the new version (git mgit log shows it), or {fix}"
+            )
+        return f"{unit.label} has no creation function: {fix}"
 
 
 def run(lin: Lineage, plan: Plan, jobs: int = 1, say=print) -> Outcome:

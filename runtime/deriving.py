@@ -19,12 +19,12 @@ from git_mgit.dql import syntax as s
 from git_mgit.dql.derive import Derivation, Part
 from git_mgit.errors import MgitError
 from git_mgit.lineage.api import Lineage
+from git_mgit.lineage.records import QUERY_FUNCTION
 from git_mgit.lineage.save import Saved, commit_model, version_manifests
 from git_mgit.merge.views import load as model_view
 from git_mgit.runtime.loading import TORCH_DTYPES, load_models
 from git_mgit.store.chunkstore import ChunkStore
 
-FUNCTION_PREFIX = "query: "
 METADATA_KEY = "mgit_query"
 
 
@@ -43,7 +43,7 @@ def commit(lin: Lineage, plans: list[Derivation], query: str, what: str) -> list
                 lin.repo.worktree / d.place.path,
                 f"{what} {label} -> {d.place.path}\n\n{query}\n",
                 parents=list(d.parents),
-                function=FUNCTION_PREFIX + query,
+                function=QUERY_FUNCTION + query,
                 name=d.place.name,
                 metadata=metadata,
                 lineage=lin,

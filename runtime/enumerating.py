@@ -41,10 +41,11 @@ from git_mgit.dql.planner import select
 from git_mgit.dql.values import ID, NUMBER, TEXT
 from git_mgit.errors import MgitError
 from git_mgit.lineage.api import Lineage
+from git_mgit.lineage.records import QUERY_FUNCTION
 from git_mgit.lineage.save import commit_model
 from git_mgit.repoconfig import TestDecl
 from git_mgit.runtime.cascade import creation_function, ordered_parents
-from git_mgit.runtime.deriving import FUNCTION_PREFIX, METADATA_KEY
+from git_mgit.runtime.deriving import METADATA_KEY
 from git_mgit.runtime.loading import read_tensors
 from git_mgit.runtime.targets import target
 from git_mgit.runtime.testing import Runner
@@ -155,7 +156,7 @@ def _recipe(catalog: Catalog, version: str, source: s.ModelRef | s.Select) -> Re
     if decl is not None and lin.config.group_of(decl.name) is not None:
         raise QueryError(f"{label} is made with its MTL group; evaluate varies one model", pos)
     function = creation_function(lin, version, decl.creation if decl else None)
-    if function is None or function.startswith(FUNCTION_PREFIX):
+    if function is None or function.startswith(QUERY_FUNCTION):
         raise QueryError(
             f"{label} has no creation function to vary: add creation = 'module:function' "
             f"to [models.{decl.name if decl else 'NAME'}] in mgit.toml",
@@ -253,7 +254,7 @@ def _commit(
             lin.repo.worktree / where.path,
             f"evaluate: {c.recipe.label} with {settings} -> {where.path}\n\n{query.text}\n",
             parents=list(c.recipe.parents) or [c.recipe.source],
-            function=FUNCTION_PREFIX + query.text,
+            function=QUERY_FUNCTION + query.text,
             name=where.name,
             type=c.recipe.type,
             metadata={METADATA_KEY: query.text, "mgit_config": settings},

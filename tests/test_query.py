@@ -24,7 +24,7 @@ import git_mgit
 from git_mgit.dql import QueryError, Result
 from git_mgit.dql.parse import canonical, parse
 from git_mgit.gitcmd import find_repo
-from git_mgit.lineage import Lineage
+from git_mgit.lineage import Lineage, commit_model
 from git_mgit.lineage.graph import PROVENANCE
 from tests.gitsandbox import Remote, clone, rev_parse, run_git
 from tests.mgitrepo import mgit, status_porcelain
@@ -165,6 +165,21 @@ def test_modelhub_query_4_and_every_derived_model_byte_identical_on_a_clone(
         functions = {e.info["function"] for e in graph.in_edges(version, (PROVENANCE,))}
         assert functions == {"query: " + canonical(text)}, path
     assert status_porcelain(other) == ""
+
+
+def test_a_cascade_stops_at_a_query_made_model_with_what_to_do(repo: Path) -> None:
+    """A cascade re-runs creation functions; a model a query sliced has none to re-run."""
+    (row,) = query(repo, modelhub(2)).rows  # base-body, sliced from base
+    new = {k: v * 1.1 for k, v in load_file(repo / "zoo/base.safetensors").items()}
+    commit_model(
+        new, repo / "zoo/base.safetensors", "update base", lineage=Lineage(find_repo(repo))
+    )
+    proc = mgit("cascade", "base", cwd=repo, check=False)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "base-body was made by a query, which a cascade does not re-run" in line
+    assert "or add creation = 'module:function' to [models.base-body] in mgit.toml" in line
+    assert row["version"] == head(repo, "zoo/base-body.safetensors")
 
 
 def test_every_example_in_the_docs_runs(repo: Path) -> None:

@@ -67,11 +67,11 @@ def main(ctx):
 """
 
 
-def documented_train_py() -> str:
+def documented_python(after: str) -> str:
+    """The first Python block of docs/training.md after the text `after`: tests run it verbatim."""
     text = DOCS.read_text()
-    start = text.index("`train.py`, at the root")
-    match = re.search(r"```python\n(.*?)```", text[start:], re.S)
-    assert match, "docs/training.md lost its train.py"
+    match = re.search(r"```python\n(.*?)```", text[text.index(after) :], re.S)
+    assert match, f"docs/training.md lost the code after {after!r}"
     return match.group(1)
 
 
@@ -80,7 +80,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository tracking *.safetensors, with train.py, killer.py and a base model."""
     with isolated_home(tmp_path_factory.mktemp("training-home")):
         repo = init_mgit_repo(tmp_path_factory.mktemp("training") / "repo")
-        (repo / "train.py").write_text(documented_train_py())
+        (repo / "train.py").write_text(documented_python("`train.py`, at the root"))
         (repo / "killer.py").write_text(KILLER)
         run_git("add", "train.py", "killer.py", cwd=repo)
         run_git("commit", "-q", "-m", "training code", cwd=repo)

@@ -47,6 +47,7 @@ COMMANDS: dict[str, str] = {
     "compress": "compress",
     "query": "query",
     "train": "train",
+    "replay": "replay",
 }
 
 HELP: dict[str, str] = {
@@ -82,6 +83,7 @@ HELP: dict[str, str] = {
     "compress": "lossy delta compression against the lineage parent, gated by tests",
     "query": "model queries: select, slice, construct, evaluate ... vary ... keep",
     "train": "train with torchrun; checkpoints are commits on a run branch; resume any of them",
+    "replay": "re-run a recorded training run with edited code, in parallel; compare metrics",
 }
 
 

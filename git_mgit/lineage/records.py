@@ -28,6 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 FORMAT_KINDS = ("node", "provenance", "version", "possible_conflict", "test", "compress")
+# A provenance function that is a model query (`git mgit query`'s slice or construct),
+# its canonical text after the prefix, not a `module:callable` a worker can import.
+QUERY_FUNCTION = "query: "
 # The field that, with the kind, names what a record sets (its key); a test result is
 # keyed by "NAME:CODE" (the test and the hash of its code), so new code means a new key.
 _LINK = {"provenance": "parent", "version": "previous", "test": "id"}

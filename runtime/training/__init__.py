@@ -18,7 +18,8 @@ model, optimizer and scheduler hold, via `structure` for non-tensor parts),
 checkpoint lies in a commit; `Info`, `Position`), `writers` (sync, or a
 background thread with back-pressure), `storage` (commits with lineage,
 reads back), `runs` (run branches and checkpoint commits), `resume`
-(restoring on every rank), `adaptive` (Flor's checkpoint period),
+(restoring on every rank), `adaptive` (Flor's checkpoint period), `segment` and
+`replay` (hindsight replay: a worker's share, and the driver),
 `checkpointer` (the loop's API), `distributed` (the process group's
 collectives), `context` (what the user's function gets), `launch` and
 `entry` (the torchrun job). See docs/training.md.

@@ -39,6 +39,7 @@ from git_mgit.runtime.training.layout import (
     metric_values,
 )
 from git_mgit.runtime.training.resume import Restored, Resume, restore
+from git_mgit.runtime.training.segment import Segment
 from git_mgit.runtime.training.staging import Stager
 from git_mgit.runtime.training.writers import BackgroundWriter, Commit, SyncWriter, Writer
 
@@ -63,6 +64,7 @@ class Checkpointer:
         eps: float = EPS,
         restore_ratio: float = RESTORE_RATIO,
         resume: Resume | None = None,
+        replay: Segment | None = None,
     ) -> None:
         """`info` describes the run (its position is ignored); `commit` commits a snapshot
         (rank 0's RunCommitter; None elsewhere or with mode "off"); `every`: step()
@@ -70,6 +72,8 @@ class Checkpointer:
 
         With `resume`, the model, optimizer, scheduler and RNG states are restored
         here, so create the checkpointer after them and right before the loop.
+        With `replay` (a `git mgit replay` worker), nothing is committed: epochs()
+        stops after the segment and save() records the metrics for comparison.
         """
         if mode not in MODES:
             raise CheckpointError(
@@ -79,7 +83,8 @@ class Checkpointer:
             raise CheckpointError(f"every must be a positive number of iterations, not {every}")
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.world = world or distributed.current()
-        self.mode, self.every = mode, every
+        self.replay = replay
+        self.mode, self.every = ("off" if replay else mode), every
         self.info = info
         self.position = Position()
         self.metrics: Mapping[str, Any] = {}
@@ -93,7 +98,7 @@ class Checkpointer:
         self._last = time.perf_counter()
         self._stager = Stager()
         self._writer: Writer | None = None
-        if mode != "off" and self.world.writer:
+        if self.mode != "off" and self.world.writer:
             if commit is None:
                 raise CheckpointError(f"mode {mode!r} needs somewhere to commit (rank 0)")
             recorded = self._recorded(commit)
@@ -123,6 +128,8 @@ class Checkpointer:
     def epochs(self, count: int) -> Iterator[int]:
         """Epoch indices from where training stands (0, or after a resumed checkpoint) to count-1."""
         start, skip = self.position.resume_at()
+        if self.replay is not None:
+            count = min(count, self.replay.last + 1)
         for epoch in range(start, count):
             resuming = epoch == start and skip > 0
             self._skip = skip if resuming else 0
@@ -216,6 +223,10 @@ class Checkpointer:
             self._epoch_done = end_of_epoch
         changes["end_of_epoch"] = self._epoch_done
         self.position = dataclasses.replace(self.position, **changes)
+        if self.replay is not None:
+            self.replay.check(self.position)
+            if self.world.writer and self._epoch_done:
+                self.replay.write(self.position, metric_values(self.metrics))
         if self.mode != "off":
             self._checkpoint(True)
 

@@ -29,6 +29,7 @@ from git_mgit.runtime.training.distributed import World
 from git_mgit.runtime.training.launch import Spec
 from git_mgit.runtime.training.layout import Info, Position
 from git_mgit.runtime.training.resume import Resume, load_checkpoint
+from git_mgit.runtime.training.segment import Segment
 from git_mgit.runtime.training.storage import RunCommitter
 
 
@@ -61,8 +62,16 @@ def open_run(
     (its run must be `run`, or `run` a new name to branch from it);
     `branch_from`: where a new run branch starts (default: the code commit,
     HEAD); `options`: Checkpointer's (mode, every, max_pending, eps, ...).
+
+    Under `git mgit replay` (GIT_MGIT_REPLAY set) the replay segment decides:
+    it restores the segment's checkpoint and commits nothing.
     """
     world = world or distributed.current()
+    segment = Segment.from_env()
+    if segment is not None:
+        options = {**options, "mode": "off"}
+        if not (isinstance(resume_from, Resume) and resume_from.commit == segment.resume):
+            resume_from = segment.resume
     restoring = resume_from
     if isinstance(resume_from, str):
         restoring = load_checkpoint(repo, resume_from, world)
@@ -101,6 +110,7 @@ def open_run(
         commit=commit,
         world=world,
         resume=restoring,
+        replay=segment,
         **options,
     )
 

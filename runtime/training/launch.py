@@ -215,9 +215,9 @@ def command(spec: Spec, args: list[str], req: Request) -> list[str]:
     return [*cmd, "-m", ENTRY, spec.to_json(), *args]
 
 
-def environment(spec: Spec) -> dict[str, str]:
+def environment(deterministic: bool = True) -> dict[str, str]:
     env = dict(os.environ)
-    if spec.options.deterministic:
+    if deterministic:
         # cuBLAS reads it when its handle is made: before the processes touch the GPU.
         env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     return env
@@ -249,7 +249,9 @@ def launch(repo: Repo, req: Request) -> int:
             "record HEAD as their code commit",
             file=sys.stderr,
         )
-    done = subprocess.run(command(spec, args, req), cwd=spec.root, env=environment(spec))
+    done = subprocess.run(
+        command(spec, args, req), cwd=spec.root, env=environment(spec.options.deterministic)
+    )
     made = new_checkpoints(repo, spec.run, before)
     branch = layout.branch(spec.run)
     for line in made[:1]:

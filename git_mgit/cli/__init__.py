@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "query": "query",
     "train": "train",
     "replay": "replay",
+    "select": "select",
 }
 
 HELP: dict[str, str] = {
@@ -84,6 +85,7 @@ HELP: dict[str, str] = {
     "query": "model queries: select, slice, construct, evaluate ... vary ... keep",
     "train": "train with torchrun; checkpoints are commits on a run branch; resume any of them",
     "replay": "re-run a recorded training run with edited code, in parallel; compare metrics",
+    "select": "model selection: configurations hop between data-partition workers (MOP)",
 }
 
 

@@ -42,6 +42,7 @@ TRAILER_RUN = "Mgit-Run"
 TRAILER_CHECKPOINT = "Mgit-Checkpoint"
 TRAILER_CODE = "Mgit-Code"
 TRAILER_RESUMED = "Mgit-Resumed-From"
+TRAILER_VISITS = "Mgit-Visits"
 
 
 class CheckpointError(MgitError):
@@ -89,6 +90,7 @@ class Info:
     world_size: int = 1
     parallel: str = "none"  # none | ddp | fsdp
     start: str | None = None  # the model version training started from
+    visits: list[int] | None = None  # model selection: the partitions this epoch visited, in order
 
     def to_json(self) -> str:
         return canonical(asdict(self))
@@ -262,6 +264,8 @@ def message(info: Info, resumed_from: str | None = None) -> str:
         lines.append(f"{TRAILER_CODE}: {info.code}")
     if resumed_from:
         lines.append(f"{TRAILER_RESUMED}: {resumed_from}")
+    if info.visits is not None:
+        lines.append(f"{TRAILER_VISITS}: {','.join(map(str, info.visits))}")
     return "\n".join(lines) + "\n"
 
 

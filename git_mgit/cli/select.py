@@ -1,0 +1,69 @@
+"""Model selection by model hopper parallelism: every configuration of a space, one branch each.
+
+git mgit select --space space.toml --workers 2                 # grid search
+git mgit select --space space.toml --workers 4 --search random --epochs 5 --name sweep
+git mgit select --space space.toml --workers 2 --replay sweep --name sweep-again
+
+Each worker process holds one data partition; configurations hop between
+workers once per partition per epoch (Cerebro, paper 003). Every epoch of
+every configuration is a commit on runs/NAME-cII; see docs/selection.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--space", required=True, metavar="SPACE.toml", help="the workload")
+    parser.add_argument("--workers", type=int, required=True, help="processes (data partitions)")
+    parser.add_argument("--epochs", type=int, help="epochs (default: the space's)")
+    parser.add_argument(
+        "--search", choices=["grid", "random"], default="grid", help="how configurations are made"
+    )
+    parser.add_argument("--name", help="branches runs/NAME-c00, ... (default select-<time>)")
+    parser.add_argument("--seed", type=int, default=0, help="scheduler and random search seed")
+    parser.add_argument(
+        "--replay", metavar="NAME", help="train NAME's configurations in its recorded visit order"
+    )
+    parser.add_argument("--plot", metavar="FILE.png", help="where the learning curves go")
+    parser.add_argument("--json", action="store_true", help="a JSON summary instead of the table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from git_mgit.gitcmd import find_repo
+    from git_mgit.runtime.selection import driver, recorded, report, space
+
+    repo = find_repo()
+    if repo.worktree is None:
+        raise driver.SelectionError("git mgit select runs in a working tree (it runs your code)")
+    workload = space.load(Path(repo.worktree) / args.space)
+    name = args.name or time.strftime("select-%Y%m%d-%H%M%S")
+    if args.workers < 1:
+        raise driver.SelectionError(f"--workers must be at least 1, not {args.workers}")
+    orders = None
+    if args.replay:
+        values, orders = recorded.schedule(repo, args.replay, args.workers)
+        epochs = 1 + max(e for _, e in orders)
+    else:
+        values = workload.configurations(args.search, args.seed)
+        epochs = args.epochs or workload.epochs
+    driver.check_names(repo, name, len(values))
+
+    def say(line: str) -> None:
+        print(f"git-mgit: {line}", file=sys.stderr)
+
+    say(f"{name}: {len(values)} configuration(s), {args.workers} worker(s), {epochs} epoch(s)")
+    req = driver.Request(name, args.workers, epochs, args.search, args.seed, orders)
+    outcome = driver.Driver(repo, workload, values, req, say).run()
+    picture = report.plot(outcome, Path(args.plot or driver.scratch(repo, name) / "curves.png"))
+    if args.json:
+        print(json.dumps({**report.as_json(outcome), "plot": str(picture)}, indent=2))
+    else:
+        print(report.table(outcome))
+        print(f"learning curves: {picture}; {outcome.seconds:.1f} s")
+    return 0

@@ -1,0 +1,355 @@
+"""`git mgit select`: model hopper parallelism on worker processes, a branch per configuration.
+
+The driver holds the c10d TCPStore the workers connect to, starts one
+worker process per data partition, and runs the scheduler (schedule.py)
+epoch by epoch: an idle worker gets a unit, a finished unit frees its
+configuration, a worker process that dies has its unit queued again and is
+started anew (a new generation, reading its partition again). At each
+epoch's end every configuration's hopped state is committed onto its branch
+`runs/NAME-cII` with the epoch's metrics and visit order (`Mgit-Visits`),
+through the same RunCommitter as `git mgit train`, so k configurations that
+start from one model store only what each changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+from git_mgit.errors import MgitError
+from git_mgit.gitcmd import Repo
+from git_mgit.lineage.api import Lineage
+from git_mgit.runtime.loading import load_state_dict
+from git_mgit.runtime.selection import hop, worker
+from git_mgit.runtime.selection.schedule import (
+    FixedScheduler,
+    RandomScheduler,
+    Scheduler,
+    Unit,
+)
+from git_mgit.runtime.selection.space import Space
+from git_mgit.runtime.selection.unit import Task
+from git_mgit.runtime.training import layout, runs
+from git_mgit.runtime.training.storage import RunCommitter
+
+WORKER = "git_mgit.runtime.selection.worker"
+MAX_ATTEMPTS = 3  # a unit whose worker dies this often stops the run: the unit kills it
+_POLL = 0.005
+
+
+class SelectionError(MgitError):
+    """A selection run that cannot go on, with what to do."""
+
+
+def scratch(repo: Repo, name: str) -> Path:
+    """A selection's working folder: hop files, worker logs, the learning curves."""
+    return Path(repo.git_dir) / "mgit" / "select" / name
+
+
+@dataclass
+class Config:
+    """One configuration of the search and its run."""
+
+    index: int
+    values: dict[str, Any]
+    run: str
+    committer: RunCommitter
+    state: Path
+    units: list[dict[str, float | str]] = field(default_factory=list)  # this epoch's
+    history: list[dict[str, float | str]] = field(default_factory=list)  # per epoch
+    commits: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.run.rpartition("-")[2]
+
+
+@dataclass
+class Worker:
+    index: int
+    log: Path
+    generation: int = -1
+    sent: int = 0  # tasks sent to this generation
+    process: subprocess.Popen | None = None
+    unit: Unit | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self.unit is None
+
+
+@dataclass
+class Outcome:
+    name: str
+    space: Space
+    configs: list[Config]
+    seconds: float
+    events: list[str]  # worker deaths and restarts, as said
+    visits: dict[tuple[int, int], list[int]]  # (config, epoch) -> partitions in order
+
+    def best(self) -> Config:
+        metric = self.space.metric
+        scored = [c for c in self.configs if isinstance(c.history[-1].get(metric), float)]
+        if not scored:
+            raise SelectionError(f"no configuration reported metric {metric!r}")
+        pick = max if self.space.goal == "max" else min
+        return pick(scored, key=lambda c: c.history[-1][metric])
+
+
+@dataclass(frozen=True)
+class Request:
+    name: str
+    workers: int
+    epochs: int
+    search: str = "grid"
+    seed: int = 0
+    orders: dict[tuple[int, int], list[int]] | None = None  # replay: (config, epoch) -> visits
+
+
+class Driver:
+    def __init__(
+        self,
+        repo: Repo,
+        space: Space,
+        values: list[dict[str, Any]],
+        req: Request,
+        say: Callable[[str], None],
+    ) -> None:
+        assert repo.worktree is not None
+        self.repo, self.space, self.req, self.say = repo, space, req, say
+        self.scratch = scratch(repo, req.name)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        (self.scratch / "state").mkdir(parents=True)
+        code = repo.git("rev-parse", "--verify", "HEAD")
+        self.start_file = self._start_weights()
+        self.configs = []
+        for i, v in enumerate(values):
+            run = f"{req.name}-c{i:02d}"
+            committer = RunCommitter(repo, run, code, start=space.start)
+            config = {"seed": req.seed + i, **v}
+            state = self.scratch / "state" / f"c{i:02d}.safetensors"
+            self.configs.append(Config(i, config, run, committer, state))
+        self.code = code
+        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        self.threads = max(1, (os.cpu_count() or 1) // req.workers)
+        self.workers = [Worker(w, self.scratch / f"worker-{w}.log") for w in range(req.workers)]
+        self.events: list[str] = []
+        self.attempts: dict[Unit, int] = {}
+        self.visits: dict[tuple[int, int], list[int]] = {}
+
+    def _start_weights(self) -> str | None:
+        """The starting model's tensors as a plain file every worker reads for a first unit."""
+        if self.space.start is None:
+            return None
+        path = self.scratch / "start.safetensors"
+        tensors = load_state_dict(self.space.start, Lineage(self.repo))
+        save_file({n: t.contiguous() for n, t in tensors.items()}, str(path))
+        return str(path)
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def _spawn(self, w: Worker) -> None:
+        w.generation += 1
+        w.sent, w.unit = 0, None
+        spec = {
+            "worker": w.index,
+            "generation": w.generation,
+            "partition": w.index,
+            "partitions": len(self.workers),
+            "host": "127.0.0.1",
+            "port": self.store.port,
+            "threads": self.threads,
+            "root": str(self.repo.worktree),
+            "functions": self.space.functions,
+        }
+        with open(w.log, "ab") as log:
+            w.process = subprocess.Popen(
+                [sys.executable, "-m", WORKER, json.dumps(spec)],
+                cwd=self.repo.worktree,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def _send(self, w: Worker, task: dict[str, Any] | None) -> None:
+        self.store.set(worker.key("task", w.index, w.generation, w.sent), json.dumps(task))
+        w.sent += 1
+
+    def _reply(self, w: Worker) -> dict[str, Any] | None:
+        done = worker.key("done", w.index, w.generation, w.sent - 1)
+        if not self.store.check([done]):
+            return None
+        return json.loads(self.store.get(done))
+
+    def _died(self, w: Worker, sched: Scheduler) -> None:
+        """Queue the unit again, start the worker anew; stop if the unit keeps killing workers."""
+        code = w.process.returncode if w.process else None
+        unit = w.unit
+        what = "while idle"
+        if unit is not None:
+            sched.failed(unit)
+            self.attempts[unit] = self.attempts.get(unit, 0) + 1
+            what = f"training c{unit.config:02d} on partition {unit.partition} (epoch {unit.epoch}); the unit is queued again"
+            if self.attempts[unit] >= MAX_ATTEMPTS:
+                raise SelectionError(
+                    f"worker {w.index} died {MAX_ATTEMPTS} times training c{unit.config:02d} on "
+                    f"partition {unit.partition}; its output: {w.log}"
+                )
+        event = f"worker {w.index} died (exit {code}) {what}; restarting it"
+        self.events.append(event)
+        self.say(event)
+        self._spawn(w)
+
+    def _task(self, unit: Unit) -> dict[str, Any]:
+        c = self.configs[unit.config]
+        visit = len(c.units)
+        return dataclasses.asdict(
+            Task(
+                c.run,
+                c.values,
+                unit.epoch,
+                visit,
+                len(self.workers),
+                visit == len(self.workers) - 1,
+                str(c.state),
+                c.values["seed"],
+                self.start_file,
+            )
+        )
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        began = time.monotonic()
+        try:
+            for w in self.workers:
+                self._spawn(w)
+            for epoch in range(self.req.epochs):
+                self._epoch(epoch)
+                self._commit(epoch)
+            for w in self.workers:
+                self._send(w, None)
+            for w in self.workers:
+                if w.process is not None:
+                    w.process.wait(timeout=60)
+        finally:
+            for w in self.workers:
+                if w.process is not None and w.process.poll() is None:
+                    w.process.kill()
+                    w.process.wait()
+        return Outcome(
+            self.req.name,
+            self.space,
+            self.configs,
+            time.monotonic() - began,
+            self.events,
+            self.visits,
+        )
+
+    def _scheduler(self, epoch: int) -> Scheduler:
+        indices = [c.index for c in self.configs]
+        if self.req.orders is not None:
+            orders = {i: self.req.orders[(i, epoch)] for i in indices}
+            return FixedScheduler(orders, len(self.workers), epoch)
+        rng = random.Random(f"{self.req.seed}/{epoch}")
+        return RandomScheduler(indices, len(self.workers), epoch, rng)
+
+    def _epoch(self, epoch: int) -> None:
+        sched = self._scheduler(epoch)
+        for c in self.configs:
+            c.units = []
+        while not sched.done:
+            progressed = False
+            for w in self.workers:
+                assert w.process is not None
+                if w.unit is not None:
+                    reply = self._reply(w)
+                    if reply is not None:
+                        self._finished(w, sched, reply)
+                        progressed = True
+                    elif w.process.poll() is not None:
+                        self._died(w, sched)
+                elif w.process.poll() is not None:
+                    self._died(w, sched)
+                if w.unit is None:
+                    unit = sched.next_for(w.index)
+                    if unit is not None:
+                        w.unit = unit
+                        self._send(w, self._task(unit))
+                        progressed = True
+            if not progressed:
+                time.sleep(_POLL)
+        for c in self.configs:
+            self.visits[(c.index, epoch)] = sched.visits[c.index]
+
+    def _finished(self, w: Worker, sched: Scheduler, reply: dict[str, Any]) -> None:
+        unit = w.unit
+        assert unit is not None
+        if "error" in reply:
+            raise SelectionError(
+                f"c{unit.config:02d} failed on partition {unit.partition} (epoch {unit.epoch}): "
+                f"{reply['error']}; fix the function and run again"
+            )
+        sched.finished(unit)
+        self.configs[unit.config].units.append(reply["metrics"])
+        w.unit = None
+
+    def _commit(self, epoch: int) -> None:
+        """Every configuration's state at the epoch's end, onto its branch."""
+        for c in self.configs:
+            snapshot = hop.read(c.state)
+            metrics = _epoch_metrics(c.units)
+            snapshot.info = dataclasses.replace(
+                snapshot.info,
+                metrics=metrics,
+                code=self.code,
+                function=self.space.functions["train"],
+                start=c.committer.start.id if c.committer.start else None,
+                visits=self.visits[(c.index, epoch)],
+            )
+            done = c.committer(snapshot)
+            c.history.append(metrics)
+            c.commits.append(done.commit)
+        best = max(
+            (c.history[-1].get(self.space.metric) for c in self.configs),
+            key=lambda v: v if isinstance(v, float) else float("-inf"),
+            default=None,
+        )
+        self.say(
+            f"epoch {epoch}: {len(self.configs)} configuration(s) committed; best {self.space.metric}={best}"
+        )
+
+
+def _epoch_metrics(units: list[dict[str, float | str]]) -> dict[str, float | str]:
+    """The mean of each metric over the epoch's units; one only the last unit reported
+    (an evaluation) as it is."""
+    out: dict[str, float | str] = {}
+    for name in dict.fromkeys(k for u in units for k in u):
+        values = [u[name] for u in units if name in u]
+        numbers = [v for v in values if isinstance(v, float)]
+        out[name] = sum(numbers) / len(numbers) if len(numbers) == len(values) else values[-1]
+    return out
+
+
+def check_names(repo: Repo, name: str, count: int) -> None:
+    """Refuse names whose branches exist: a selection never overwrites a run."""
+    for i in range(count):
+        run = f"{name}-c{i:02d}"
+        runs.check_name(repo, run)
+        if runs.tip(repo, run) is not None:
+            raise SelectionError(
+                f"{layout.branch(run)} exists; pick another --name for this selection"
+            )

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import checkpointing
 import deltabits
 import lineage_graph
 import models
@@ -65,6 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="only the storage planning section (repack, lossy compression, planner curves)",
     )
+    p.add_argument(
+        "--training-only",
+        action="store_true",
+        help="only the checkpointing-while-training section (throughput per checkpointing "
+        "mode, storage per checkpoint; about 2.5 minutes, --quick under one)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the scratch folder, for debugging")
     p.add_argument(
         "--out", type=Path, default=ROOT / "bench-out" / "results.json", help="JSON output file"
@@ -83,17 +90,31 @@ def _family_size(args: argparse.Namespace) -> tuple[int, int]:
     return (2, 2) if args.quick else (3, 3)
 
 
+def _section_only(
+    args: argparse.Namespace, name: str, data: dict, table: str, checks: list[report.Target]
+) -> int:
+    """A section run alone: its raw results beside results.json, its table and targets."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    (args.out.parent / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    print(table)
+    for check in checks:
+        print(check.line())
+    return 0
+
+
 def _planning_only(args: argparse.Namespace, scratch: Path) -> int:
     ctx = Context(scratch, isolated_env(scratch), 1, 1, args.chunk_size)
     data = planning.bench(
         ctx, scratch / "planning", args.out.parent, args.checkpoints, *_family_size(args)
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    (args.out.parent / "planning.json").write_text(json.dumps(data, indent=2) + "\n")
-    print(report.planning_table(data))
-    for check in report.planning_targets(data):
-        print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.measured}")
-    return 0
+    checks = report.planning_targets(data)
+    return _section_only(args, "planning", data, report.planning_table(data), checks)
+
+
+def _training_only(args: argparse.Namespace, scratch: Path) -> int:
+    data = checkpointing.bench(scratch, isolated_env(scratch), args.quick)
+    checks = report.checkpointing_targets(data)
+    return _section_only(args, "checkpointing", data, report.checkpointing_table(data), checks)
 
 
 def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
@@ -161,6 +182,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
     results["planning"] = planning.bench(
         ctx, data / "planning", args.out.parent, args.checkpoints, *_family_size(args)
     )
+    results["checkpointing"] = checkpointing.bench(scratch, ctx.env, args.quick)
 
     chunk = rss["tools"][MGIT]["chunk_size"]  # type: ignore[index]
     results["settings"] = {
@@ -187,10 +209,12 @@ def main(argv: list[str] | None = None) -> int:
             print(report.lineage_table(data) + "\n")
             print(report.query_table(queries))
             for check in checks:
-                print(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.measured}")
+                print(check.line())
             return 0
         if args.planning_only:
             return _planning_only(args, scratch)
+        if args.training_only:
+            return _training_only(args, scratch)
         results = run(args, scratch)
     finally:
         if args.keep:

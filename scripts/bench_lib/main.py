@@ -24,6 +24,7 @@ import models
 import phases
 import planning
 import query_bench
+import replay_bench
 import report
 import training
 from phases import Context, log
@@ -111,8 +112,16 @@ def _planning_only(args: argparse.Namespace, scratch: Path) -> int:
     return _section_only(args, "planning", data, report.planning_table(data), checks)
 
 
+def _training(scratch: Path, env: dict[str, str], quick: bool) -> dict[str, object]:
+    """Issue 7's section: checkpointing throughput and storage, then hindsight replay."""
+    return {
+        **checkpointing.bench(scratch, env, quick),
+        "replay": replay_bench.bench(scratch, env, quick),
+    }
+
+
 def _training_only(args: argparse.Namespace, scratch: Path) -> int:
-    data = checkpointing.bench(scratch, isolated_env(scratch), args.quick)
+    data = _training(scratch, isolated_env(scratch), args.quick)
     checks = report.checkpointing_targets(data)
     return _section_only(args, "checkpointing", data, report.checkpointing_table(data), checks)
 
@@ -182,7 +191,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
     results["planning"] = planning.bench(
         ctx, data / "planning", args.out.parent, args.checkpoints, *_family_size(args)
     )
-    results["checkpointing"] = checkpointing.bench(scratch, ctx.env, args.quick)
+    results["checkpointing"] = _training(scratch, ctx.env, args.quick)
 
     chunk = rss["tools"][MGIT]["chunk_size"]  # type: ignore[index]
     results["settings"] = {

@@ -341,7 +341,8 @@ def _median_runs(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def checkpointing_targets(data: dict[str, Any]) -> list[Target]:
-    """Issue 7: adaptive checkpointing costs at most eps; frozen layers cost nothing."""
+    """Issue 7: adaptive checkpointing costs at most eps; frozen layers cost nothing; replay
+    matches the recording."""
     runs, spec = _median_runs(data), data["throughput"]["spec"]
     eps, a = spec["eps"], runs["adaptive"]
     overhead = _overhead(runs, "adaptive")
@@ -369,6 +370,7 @@ def checkpointing_targets(data: dict[str, Any]) -> list[Target]:
             f"{means['training state']:,.0f} (training state), and git metadata "
             f"{st['metadata'] / n:,.0f} bytes, on average",
         ),
+        *(replay_targets(data["replay"]) if "replay" in data else []),
     ]
 
 
@@ -377,8 +379,41 @@ def _mean(values: list[int]) -> float:
 
 
 def checkpointing_table(data: dict[str, Any]) -> str:
-    """Throughput per checkpointing mode, then the stored bytes each checkpoint adds."""
-    return _throughput_table(data) + "\n\n" + _storage_table(data["storage"])
+    """Throughput per checkpointing mode, the stored bytes each checkpoint adds, replay."""
+    out = _throughput_table(data) + "\n\n" + _storage_table(data["storage"])
+    return out + ("\n\n" + replay_table(data["replay"]) if "replay" in data else "")
+
+
+def replay_table(r: dict[str, Any]) -> str:
+    """Hindsight replay's wall time against re-training from scratch with the new log line."""
+    lines = [
+        f"## hindsight replay: {r['epochs']} recorded epochs of {r['steps']} steps, one log line "
+        f"added, {r['cores']} cores",
+        "",
+        "| | wall (s) | vs re-training | workers (s) | metrics |",
+        "|---|---|---|---|---|",
+        f"| re-training from scratch | {r['scratch_s']:.1f} | 1.00x | - | - |",
+    ]
+    for jobs, run in r["replays"].items():
+        workers = " ".join(f"{s:.1f}" for s in run["worker_s"])
+        same = "identical" if run["identical"] else "DIFFER"
+        lines.append(
+            f"| replay, {jobs} workers | {run['wall_s']:.1f} | "
+            f"{r['scratch_s'] / run['wall_s']:.2f}x | {workers} | {same} |"
+        )
+    return "\n".join(lines)
+
+
+def replay_targets(r: dict[str, Any]) -> list[Target]:
+    """Issue 7: every replayed epoch's metrics equal the recording's."""
+    walls = ", ".join(f"{j} workers {v['wall_s']:.1f} s" for j, v in r["replays"].items())
+    return [
+        Target(
+            f"replay of {r['epochs']} epochs matches the recording",
+            all(v["identical"] for v in r["replays"].values()),
+            f"{walls}; re-training from scratch {r['scratch_s']:.1f} s",
+        )
+    ]
 
 
 def _throughput_table(data: dict[str, Any]) -> str:

@@ -101,12 +101,18 @@ class Outcome:
     visits: dict[tuple[int, int], list[int]]  # (config, epoch) -> partitions in order
 
     def best(self) -> Config:
-        metric = self.space.metric
-        scored = [c for c in self.configs if isinstance(c.history[-1].get(metric), float)]
-        if not scored:
-            raise SelectionError(f"no configuration reported metric {metric!r}")
-        pick = max if self.space.goal == "max" else min
-        return pick(scored, key=lambda c: c.history[-1][metric])
+        found = best(self.configs, self.space)
+        if found is None:
+            raise SelectionError(f"no configuration reported metric {self.space.metric!r}")
+        return found
+
+
+def best(configs: list[Config], space: Space) -> Config | None:
+    """The configuration whose latest epoch scores best on the space's metric and goal."""
+    metric = space.metric
+    scored = [c for c in configs if c.history and isinstance(c.history[-1].get(metric), float)]
+    pick = max if space.goal == "max" else min
+    return pick(scored, key=lambda c: c.history[-1][metric], default=None)
 
 
 @dataclass(frozen=True)
@@ -134,11 +140,12 @@ class Driver:
         shutil.rmtree(self.scratch, ignore_errors=True)
         (self.scratch / "state").mkdir(parents=True)
         code = repo.git("rev-parse", "--verify", "HEAD")
-        self.start_file = self._start_weights()
+        lineage = Lineage(repo)  # one graph for the start and every configuration's committer
+        self.start_file = self._start_weights(lineage)
         self.configs = []
         for i, v in enumerate(values):
             run = f"{req.name}-c{i:02d}"
-            committer = RunCommitter(repo, run, code, start=space.start)
+            committer = RunCommitter(repo, run, code, start=space.start, lineage=lineage)
             config = {"seed": req.seed + i, **v}
             state = self.scratch / "state" / f"c{i:02d}.safetensors"
             self.configs.append(Config(i, config, run, committer, state))
@@ -150,12 +157,12 @@ class Driver:
         self.attempts: dict[Unit, int] = {}
         self.visits: dict[tuple[int, int], list[int]] = {}
 
-    def _start_weights(self) -> str | None:
+    def _start_weights(self, lineage: Lineage) -> str | None:
         """The starting model's tensors as a plain file every worker reads for a first unit."""
         if self.space.start is None:
             return None
         path = self.scratch / "start.safetensors"
-        tensors = load_state_dict(self.space.start, Lineage(self.repo))
+        tensors = load_state_dict(self.space.start, lineage)
         save_file({n: t.contiguous() for n, t in tensors.items()}, str(path))
         return str(path)
 
@@ -323,14 +330,13 @@ class Driver:
             done = c.committer(snapshot)
             c.history.append(metrics)
             c.commits.append(done.commit)
-        best = max(
-            (c.history[-1].get(self.space.metric) for c in self.configs),
-            key=lambda v: v if isinstance(v, float) else float("-inf"),
-            default=None,
+        top = best(self.configs, self.space)
+        said = (
+            f"{top.label} {self.space.metric}={top.history[-1][self.space.metric]}"
+            if top
+            else "none"
         )
-        self.say(
-            f"epoch {epoch}: {len(self.configs)} configuration(s) committed; best {self.space.metric}={best}"
-        )
+        self.say(f"epoch {epoch}: {len(self.configs)} configuration(s) committed; best {said}")
 
 
 def _epoch_metrics(units: list[dict[str, float | str]]) -> dict[str, float | str]:

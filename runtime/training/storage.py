@@ -57,14 +57,16 @@ class RunCommitter:
         resumed_from: str | None = None,
         branch_from: str | None = None,
         shards: int = 1,
+        lineage: Lineage | None = None,
     ) -> None:
         """`code`: the commit the training code is; `start`: the version training began
         from; `previous`: the model version of the checkpoint this run continues (on
         resume); `branch_from`: where the run branch starts if it does not exist yet
         (default `code`; the resumed checkpoint when a new run branches from it);
-        `shards`: files of a sharded model folder."""
+        `shards`: files of a sharded model folder; `lineage`: one to share between the
+        committers of several runs (a selection's), instead of loading the graph for each."""
         self.repo = repo
-        self.lineage = Lineage(repo)
+        self.lineage = lineage or Lineage(repo)
         self.run, self.code, self.shards = run, code, shards
         self.branch_from = branch_from or code
         self.previous, self.resumed_from = previous, resumed_from

@@ -109,6 +109,12 @@ def test_hopped_configurations_equal_sequential_training_and_replay_exactly(
         orders = visits(repo, c["run"])
         assert orders == c["visits"] and len(orders) == EPOCHS
         assert all(sorted(o) == list(range(WORKERS)) for o in orders)
+        for epoch, order in enumerate(orders):  # the schedule is in the lineage notes too
+            rev = f"runs/{c['run']}~{EPOCHS - 1 - epoch}:checkpoints/{c['run']}/model.safetensors"
+            node = lin.graph.nodes[run_git("rev-parse", rev, cwd=repo).stdout.strip()]
+            schedule = node.details["schedule"]
+            assert (schedule["selection"], schedule["epoch"]) == ("s1", epoch)
+            assert schedule["visits"] == order
     hopped = [c for c in summary["configs"] if c["visits"][0] != c["visits"][1]]
     assert hopped, "every configuration kept one order: nothing hopped differently"
     for c in (summary["configs"][0], hopped[0]):

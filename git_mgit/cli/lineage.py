@@ -121,7 +121,8 @@ def _describe(lin: Lineage, oid: str) -> dict:
     node = lin.graph.nodes.get(oid)
     if node is None:
         return {"id": oid}
-    return {"id": oid, "label": node.label, "path": node.path, "name": node.name}
+    described = {"id": oid, "label": node.label, "path": node.path, "name": node.name}
+    return {**described, "details": node.details} if node.details else described
 
 
 def _print(args: argparse.Namespace, payload: object, text: str) -> None:

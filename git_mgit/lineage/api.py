@@ -76,7 +76,12 @@ class Lineage:
         node.name = name or node.name
         node.type = type or node.type
         rec = records.make(
-            "node", name=node.name, path=node.path, type=node.type, model_kind=node.kind
+            "node",
+            name=node.name,
+            path=node.path,
+            type=node.type,
+            model_kind=node.kind,
+            details=node.details or None,
         )
         self._write({v.id: [rec]}, f"add node {node.label}")
         return v

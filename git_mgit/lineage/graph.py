@@ -31,6 +31,7 @@ class Node:
     type: str | None = None
     commit: str | None = None  # the commit that first held it
     time: int | None = None  # that commit's time (seconds)
+    details: dict = field(default_factory=dict)  # what made it, beyond its edges (a schedule)
 
     @property
     def short(self) -> str:
@@ -170,6 +171,7 @@ def build(
         node.type = rec.fields.get("type") or node.type
         node.path = node.path or rec.fields.get("path")
         node.kind = rec.fields.get("model_kind", node.kind)
+        node.details = rec.fields.get("details") or node.details
     for old, new, _path, commit in hist.edges:
         g.link(Edge(old, new, VERSION, implicit=True, attrs=(("commit", commit),)))
     for oid, recs in winners.items():

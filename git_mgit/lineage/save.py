@@ -298,12 +298,18 @@ def record_lineage(
     name: str | None = None,
     type: str | None = None,
     kind: str = "file",
+    details: Mapping[str, object] | None = None,
 ) -> None:
     """The node, provenance and version records of a saved version (one notes commit).
 
-    `kind` is "folder" when `version` is the tree of a model folder.
+    `kind` is "folder" when `version` is the tree of a model folder; `details`
+    (JSON values) say how it was made beyond its edges, such as the schedule
+    of the selection or tuning run that trained it.
     """
-    recs = [records.make("node", name=name, path=rel, type=type, model_kind=kind)]
+    node = records.make(
+        "node", name=name, path=rel, type=type, model_kind=kind, details=dict(details or {}) or None
+    )
+    recs = [node]
     for p in parents:
         recs.append(
             records.make(

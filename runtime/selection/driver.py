@@ -327,7 +327,14 @@ class Driver:
                 start=c.committer.start.id if c.committer.start else None,
                 visits=self.visits[(c.index, epoch)],
             )
-            done = c.committer(snapshot)
+            schedule = {
+                "selection": self.req.name,
+                "configuration": c.label,
+                "epoch": epoch,
+                "visits": self.visits[(c.index, epoch)],
+                "seed": self.req.seed,
+            }
+            done = c.committer(snapshot, {"schedule": schedule})
             c.history.append(metrics)
             c.commits.append(done.commit)
         top = best(self.configs, self.space)

@@ -77,7 +77,8 @@ class RunCommitter:
         if self.start is not None:
             self.base = _merged(version_manifests(repo, self.start.id, self.start.kind))
 
-    def __call__(self, snapshot: Snapshot) -> Committed:
+    def __call__(self, snapshot: Snapshot, details: dict | None = None) -> Committed:
+        """Commit the snapshot; `details` go into its lineage node (a selection's schedule)."""
         info = snapshot.info
         if runs.tip(self.repo, self.run) is None:
             runs.create_branch(self.repo, self.run, self.branch_from)
@@ -104,6 +105,7 @@ class RunCommitter:
             previous=self.previous if self.previous != model else None,  # unchanged: no edge
             type=self.type,
             kind="folder" if sharded else "file",
+            details=details,
         )
         self.previous = model
         return Committed(commit, model, info)

@@ -127,8 +127,9 @@ class ManifestBuilder:
         """A header or opaque segment: `data` first, then (if src) the rest of the stream."""
         start = self.end
         hashes, length, pending = [], 0, memoryview(data)
-        while True:
-            slot, buf = self._buffer(self.settings.chunk_size)
+        chunk = self.settings.chunk_size
+        while True:  # a header alone needs no chunk-sized buffer (zeroing 64 MiB is not free)
+            slot, buf = self._buffer(chunk if src is not None else min(chunk, len(pending) or 1))
             n = min(len(pending), len(buf))
             buf[:n] = pending[:n]
             pending = pending[n:]

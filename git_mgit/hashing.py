@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import blake3
 
+from git_mgit import cores
+
 PREFIX = "b3:"
 DIGEST_SIZE = 32
 # Below this size one thread is faster than spinning up BLAKE3's pool.
@@ -16,8 +18,9 @@ _PARALLEL_THRESHOLD = 4 * 1024 * 1024
 
 def digest(data: bytes | bytearray | memoryview) -> bytes:
     """BLAKE3 digest (32 bytes), multi-threaded for large buffers."""
-    if len(data) >= _PARALLEL_THRESHOLD:
-        return blake3.blake3(data, max_threads=blake3.blake3.AUTO).digest()
+    threads = cores.available()
+    if len(data) >= _PARALLEL_THRESHOLD and threads > 1:
+        return blake3.blake3(data, max_threads=threads).digest()
     return blake3.blake3(data).digest()
 
 

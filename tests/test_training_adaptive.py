@@ -77,3 +77,45 @@ def test_cheap_checkpoints_happen_every_iteration_expensive_ones_rarely() -> Non
     assert simulate(0.00001, 0.1, 100).k == 100
     rare = simulate(1.0, 0.1, 1000)
     assert 1 < rare.k < 10
+
+
+def simulate_background(
+    copy: float, commit_iterations: int, slower: float, iterations: int
+) -> tuple[AdaptivePeriod, float]:
+    """A loop whose checkpoints block it for `copy`, then slow the next `commit_iterations`
+    iterations by `slower` (a background commit competing with training), deciding as the
+    checkpointer does; returns the period and the overhead really paid."""
+    period, cost, due, running, paid = AdaptivePeriod(), 0.1, 1, 0, 0.0
+    for _ in range(iterations):
+        took = cost * (1 + slower) if running else cost
+        paid += took - cost
+        period.iteration(took, overlapped=running > 0)
+        running = max(0, running - 1)
+        if period.n < due:
+            continue
+        due = period.decide(committing=running > 0)
+        if due == period.n:
+            period.checkpointed(copy)
+            paid += copy
+            running = commit_iterations
+            due = period.next_due()
+    return period, paid
+
+
+@pytest.mark.parametrize(("commit_iterations", "slower"), [(5, 0.5), (20, 1.0), (3, 0.1)])
+def test_a_background_commits_slowdown_counts_toward_the_bound(
+    commit_iterations: int, slower: float
+) -> None:
+    period, paid = simulate_background(0.01, commit_iterations, slower, 3000)
+    first = 0.01 + commit_iterations * 0.1 * slower  # the blind first checkpoint
+    assert period.materialize == pytest.approx(paid)  # M sees the slowdown, not just the copy
+    assert period.compute == pytest.approx(3000 * 0.1)
+    assert (paid - first) / period.compute < EPS
+    assert period.k > 1
+
+
+def test_no_decision_while_a_commit_is_still_running() -> None:
+    period = AdaptivePeriod()
+    period.iteration(0.1)
+    assert period.decide(committing=True) == 2
+    assert period.decide(committing=False) == 1  # nothing measured yet: checkpoint now

@@ -7,6 +7,7 @@ tests in test_training_run.py commit to real repositories.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -17,6 +18,7 @@ from safetensors.torch import save as st_save
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from git_mgit import cores
 from git_mgit.runtime.training import Checkpointer, fit, layout
 from git_mgit.runtime.training.distributed import World
 from git_mgit.runtime.training.layout import CheckpointError, Info, Position, Snapshot
@@ -179,6 +181,38 @@ def test_adaptive_mode_backs_off_when_checkpoints_cost_more_than_steps() -> None
     ckpt.close()
     assert times[0] == 1  # the first iteration is checkpointed, to measure M
     assert ckpt.period.k == len(times) < 100  # then far from every iteration
+
+
+def test_adaptive_mode_decides_only_once_the_commit_before_is_done() -> None:
+    """A commit's cost to the loop is known only when it ends: no checkpoint is taken (or
+    waited for) while one is still committing."""
+    model, optimizer = model_and_optimizer()
+    steps: list[int] = []
+    ended: list[int] = []  # the loop's iteration count when each commit ended
+
+    def slow(snapshot: Snapshot) -> None:
+        steps.append(snapshot.info.position.global_step)
+        time.sleep(0.02)
+        ended.append(ckpt.period.n)
+
+    ckpt = checkpointer(model, optimizer, slow, mode="adaptive", eps=0.9)
+    x = torch.randn(8, 4)
+    for _ in range(200):
+        model(x).sum().backward()
+        optimizer.step()
+        ckpt.step()
+    ckpt.close()
+    assert len(steps) > 2
+    assert all(later > end for later, end in zip(steps[1:], ended, strict=False))
+    assert ckpt.period.overlapped_n > 0  # the iterations beside a commit were told apart
+
+
+def test_background_commits_get_the_cores_torch_does_not_use() -> None:
+    model, optimizer = model_and_optimizer()
+    ckpt = checkpointer(model, optimizer, lambda s: None, mode="background")
+    assert cores.available() == max(1, (os.cpu_count() or 1) - torch.get_num_threads())
+    ckpt.close()
+    assert cores.available() == (os.cpu_count() or 1)  # put back
 
 
 def _through_files(snapshot: Snapshot) -> Snapshot:

@@ -17,7 +17,7 @@ from git_mgit.codecs import planes
 from git_mgit.codecs.decoder import DELTA_OPS
 from git_mgit.codecs.objectformat import Codec, FrameMode, ObjectHeader
 from git_mgit.codecs.planes import Op
-from git_mgit.codecs.workers import POOL
+from git_mgit.codecs.workers import parallel_map
 
 FRAME_SIZE = 1 << 20  # per-plane zstd frame: >= 1 MiB loses nothing in ratio
 ZSTD_LEVEL = 1
@@ -102,10 +102,10 @@ def _compress_planes(
         z = _cctx().compress(raw)
         return (FrameMode.ZSTD, z) if len(z) < len(raw) * limit else (FrameMode.STORED, raw)
 
-    firsts = list(POOL.map(lambda p: frame((p, 0), _INCOMPRESSIBLE), range(width)))
+    firsts = parallel_map(lambda p: frame((p, 0), _INCOMPRESSIBLE), range(width))
     compressible = [mode == FrameMode.ZSTD for mode, _ in firsts]
     rest = [(p, s) for p in range(width) if compressible[p] for s in starts[1:]]
-    done = dict(zip(rest, POOL.map(frame, rest), strict=True))
+    done = dict(zip(rest, parallel_map(frame, rest), strict=True))
     results = [
         [firsts[p]]
         + [

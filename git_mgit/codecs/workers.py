@@ -7,15 +7,24 @@ workers cannot deadlock waiting for each other.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
+from git_mgit import cores
+
 T = TypeVar("T")
+U = TypeVar("U")
 
 POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="mgit-codec")
+
+
+def parallel_map(fn: Callable[[U], T], items: Iterable[U]) -> list[T]:
+    """fn over items on the pool, on no more threads at once than git-mgit's cores."""
+    return list(ordered((functools.partial(fn, x) for x in items), cores.available()))
 
 
 def ordered(jobs: Iterable[Callable[[], T]], ahead: int) -> Iterator[T]:

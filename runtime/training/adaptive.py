@@ -1,25 +1,31 @@
 """Flor's adaptive checkpoint period (paper 004, section 3.2): overhead under a bound the user sets.
 
 Symbols, as in the paper's Table 1, for the loop body `ckpt.step()` closes:
-M the time a checkpoint costs the loop (for a background checkpoint: the
-copy off the device, the RNG gather and any wait for a free slot; the whole
-commit when synchronous), C the time one iteration computes, n the
-iterations run so far, k the checkpoints taken so far, c the ratio of
+M the time a checkpoint costs the loop, C the time one iteration computes,
+n the iterations run so far, k the checkpoints taken so far, c the ratio of
 restore to materialise time, eps the overhead tolerance. Flor's joint
 invariant (equation 4) checkpoints iteration n only while
 
     M / C  <  n / (k + 1) * min(1 / (1 + c), eps)
 
 which keeps k * M under about eps * n * C (record overhead, equation 1) and
-makes replay from the checkpoints beat re-running (equation 3). M and C are
-running means of what was measured. Before the first checkpoint M is
-unknown, so the first iteration is checkpointed to measure it (as Flor
-materialises a block's first execution).
+makes replay from the checkpoints beat re-running (equation 3). Before the
+first checkpoint M is unknown, so the first iteration is checkpointed to
+measure it (as Flor materialises a block's first execution).
+
+What a checkpoint costs the loop is more than the time the loop spends
+inside it (the copy off the device, the RNG gather, any wait for a free
+slot; the whole commit when synchronous): while a background commit runs,
+it competes with training for cores, memory bandwidth and the GIL, and the
+iterations it overlaps run slower (1.2-2x on a 2-core machine). M counts
+that too: C is the mean of iterations no commit overlapped, and whatever
+the overlapped iterations took beyond C is charged to M. So a decision is
+made only when no commit is running (its whole cost is known by then).
 
 Deciding needs the same answer on every rank, and a collective per
 iteration would cost more than it saves; so rank 0 turns the rule into the
-iteration the next checkpoint is due at, with its estimates of M and C at
-the last checkpoint, and broadcasts that one number then.
+iteration the next decision is due at and broadcasts that one number then
+(decide()).
 """
 
 from __future__ import annotations
@@ -62,35 +68,74 @@ def next_due(
 
 @dataclass
 class AdaptivePeriod:
-    """Running estimates of M and C, and the iteration the next checkpoint is due at."""
+    """What checkpoints cost the loop and what iterations compute: Flor's M and C, measured."""
 
     eps: float = EPS
     c: float = RESTORE_RATIO
     n: int = 0  # iterations run
     k: int = 0  # checkpoints taken
-    compute: float = 0.0  # seconds, summed over iterations
-    materialize: float = 0.0  # seconds, summed over checkpoints
+    blocked: float = 0.0  # seconds the loop spent inside checkpoints
+    clean: float = 0.0  # seconds of the iterations no commit overlapped ...
+    clean_n: int = 0  # ... and how many
+    overlapped: float = 0.0  # seconds of the iterations a background commit overlapped ...
+    overlapped_n: int = 0  # ... and how many
 
-    def iteration(self, seconds: float) -> None:
+    def iteration(self, seconds: float, overlapped: bool = False) -> None:
+        """One iteration took `seconds` outside checkpoints; `overlapped`: a commit ran meanwhile."""
         self.n += 1
-        self.compute += seconds
+        if overlapped:
+            self.overlapped += seconds
+            self.overlapped_n += 1
+        else:
+            self.clean += seconds
+            self.clean_n += 1
 
     def checkpointed(self, seconds: float) -> None:
         self.k += 1
-        self.materialize += seconds
+        self.blocked += seconds
+
+    @property
+    def cost(self) -> float:
+        """C: an iteration's time with no commit beside it."""
+        if self.clean_n:
+            return self.clean / self.clean_n
+        return self.overlapped / self.overlapped_n if self.overlapped_n else 0.0
+
+    @property
+    def slowdown(self) -> float:
+        """Seconds background commits took from the iterations they overlapped."""
+        return max(0.0, self.overlapped - self.overlapped_n * self.cost)
+
+    @property
+    def materialize(self) -> float:
+        """k * M: everything checkpoints cost the loop so far."""
+        return self.blocked + self.slowdown
+
+    @property
+    def compute(self) -> float:
+        """n * C: the loop's time had nothing been checkpointed."""
+        return self.clean + self.overlapped - self.slowdown
 
     @property
     def m(self) -> float:
         return self.materialize / self.k if self.k else 0.0
 
-    @property
-    def cost(self) -> float:
-        return self.compute / self.n if self.n else 0.0
-
     def next_due(self) -> int:
         return next_due(self.m, self.cost, self.n, self.k, self.c, self.eps)
 
+    def decide(self, committing: bool) -> int:
+        """At a due iteration: n to checkpoint now, else the iteration to decide at next.
+
+        While a commit is still running, its cost to the loop is not all known:
+        decide again at the next iteration.
+        """
+        if committing:
+            return self.n + 1
+        if should_checkpoint(self.m, self.cost, self.n, self.k, self.c, self.eps):
+            return self.n
+        return self.next_due()
+
     @property
     def overhead(self) -> float:
-        """Checkpoint time as a share of compute time so far."""
+        """What checkpoints cost the loop, as a share of its compute time so far."""
         return self.materialize / self.compute if self.compute else 0.0

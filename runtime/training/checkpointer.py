@@ -15,19 +15,22 @@ stages copies and commits. Modes: `off` (nothing is saved: a replay, or a
 baseline), `sync` (the loop waits for each commit), `background` (the loop
 waits for the copy off the device; the commit runs in a thread, at most
 `max_pending` behind), `adaptive` (background, and step() checkpoints by
-Flor's rule instead of every `every` iterations).
+Flor's rule instead of every `every` iterations, counting what a background
+commit slows the iterations beside it as part of its cost: adaptive.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 
+from git_mgit import cores
 from git_mgit.runtime.training import distributed, rng, state
 from git_mgit.runtime.training.adaptive import EPS, RESTORE_RATIO, AdaptivePeriod
 from git_mgit.runtime.training.distributed import World
@@ -98,6 +101,7 @@ class Checkpointer:
         self._last = time.perf_counter()
         self._stager = Stager()
         self._writer: Writer | None = None
+        self._cores_before: int | None = None
         if self.mode != "off" and self.world.writer:
             if commit is None:
                 raise CheckpointError(f"mode {mode!r} needs somewhere to commit (rank 0)")
@@ -106,6 +110,7 @@ class Checkpointer:
                 self._writer = SyncWriter(recorded, self._stager.release)
             else:
                 self._writer = BackgroundWriter(recorded, self._stager.release, max_pending)
+                self._cores_before = cores.limit(_spare_cores(model))
         self.resumed: Info | None = None
         if resume is not None:
             self._restored = restore(resume, model, optimizer, scheduler, self.world)
@@ -190,7 +195,8 @@ class Checkpointer:
         only when a checkpoint is taken). Returns whether it checkpointed.
         """
         now = time.perf_counter()
-        self.period.iteration(now - self._last)
+        overlapped = self._writer is not None and self._writer.ran_since(self._last)
+        self.period.iteration(now - self._last, overlapped)
         self._last = now
         self._advance()
         pos = self.position
@@ -199,6 +205,12 @@ class Checkpointer:
             self.metrics = metrics
         if self.mode == "off" or not self._due or self.period.n < self._due:
             return False
+        if self.mode == "adaptive":
+            busy = self._writer is not None and self._writer.busy()
+            due = self.period.decide(busy) if self.world.writer else 0
+            self._due = distributed.broadcast_int(due, self.world)
+            if self._due > self.period.n:
+                return False
         self._checkpoint(False)
         return True
 
@@ -252,7 +264,7 @@ class Checkpointer:
         took = time.perf_counter() - began
         self.period.checkpointed(took)
         self._last += took  # the loop's time in a checkpoint is not compute time
-        if self.mode == "adaptive":
+        if self.mode == "adaptive":  # the next decision, no sooner than the rule allows now
             due = self.period.next_due() if self.world.writer else 0
             self._due = distributed.broadcast_int(due, self.world)
         elif self.every and not explicit:
@@ -286,6 +298,7 @@ class Checkpointer:
             if self._writer is not None:
                 self._writer.close()
         finally:
+            cores.limit(self._cores_before)
             self.world.barrier()
 
     def __enter__(self) -> Checkpointer:
@@ -293,6 +306,15 @@ class Checkpointer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _spare_cores(model: torch.nn.Module) -> int | None:
+    """The cores a background commit may use: those torch does not compute on when the
+    model trains on the CPU (at least one); no cap when it trains on an accelerator."""
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    if device.type != "cpu":
+        return None
+    return max(1, (os.cpu_count() or 1) - torch.get_num_threads())
 
 
 def _prefixed(prefix: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

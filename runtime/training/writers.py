@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -39,6 +40,12 @@ class Writer(Protocol):
 
     def wait(self) -> None:
         """Return once everything submitted is committed; raise an earlier failure."""
+
+    def busy(self) -> bool:
+        """Whether a commit is running beside the loop now."""
+
+    def ran_since(self, moment: float) -> bool:
+        """Whether a commit ran beside the loop at any time after `moment` (perf_counter)."""
 
     def close(self) -> None:
         """wait(), then stop."""
@@ -72,6 +79,12 @@ class SyncWriter:
     def wait(self) -> None:
         pass
 
+    def busy(self) -> bool:
+        return False  # the loop waits for its commits: nothing runs beside it
+
+    def ran_since(self, moment: float) -> bool:
+        return False
+
     def close(self) -> None:
         pass
 
@@ -87,6 +100,8 @@ class BackgroundWriter:
         self._jobs: queue.Queue[tuple[Snapshot, Staged] | None] = queue.Queue()
         self._error: CheckpointError | None = None
         self._closed = False
+        self._pending = 0  # submitted, not yet committed
+        self._finished_at = float("-inf")  # perf_counter when the last commit ended
         self._thread = threading.Thread(target=self._run, name="git-mgit-checkpoint", daemon=True)
         self._thread.start()
 
@@ -105,6 +120,7 @@ class BackgroundWriter:
 
     def submit(self, snapshot: Snapshot, staged: Staged) -> None:
         """After reserve(): hand the staged checkpoint to the thread and return at once."""
+        self._pending += 1
         self._jobs.put((snapshot, staged))
 
     def _run(self) -> None:
@@ -118,6 +134,8 @@ class BackgroundWriter:
                 self._error = _failed(snapshot, exc)
             finally:
                 self._release(staged)
+                self._finished_at = time.perf_counter()
+                self._pending -= 1
                 self._slots.release()
                 self._jobs.task_done()
         self._jobs.task_done()
@@ -125,6 +143,12 @@ class BackgroundWriter:
     def wait(self) -> None:
         self._jobs.join()
         self._raise()
+
+    def busy(self) -> bool:
+        return self._pending > 0
+
+    def ran_since(self, moment: float) -> bool:
+        return self._pending > 0 or self._finished_at > moment
 
     def close(self) -> None:
         if not self._closed:

@@ -12,8 +12,9 @@ A checkpoint (weights and two AdamW moments) is expensive against an
 iteration, so a synchronous one has a visible cost. torch gets every core
 but one: the core left is where a background commit runs. Besides the
 loop's wall time, the child reports the checkpointer's own split of it
-(`ckpt.period`): time blocked in checkpoints (Flor's M) and time between
-them, which background commits can slow without M seeing it.
+(`ckpt.period`): time blocked in checkpoints, what background commits took
+from the iterations they ran beside (both are Flor's M), and C, an
+iteration's time with no commit beside it.
 
 Storage: a frozen backbone under a trainable head, one synchronous
 checkpoint per epoch; `git mgit du --json --rev C` after each checkpoint
@@ -137,10 +138,12 @@ def train(spec: dict, run: str, mode: str, out: Path) -> None:
         "close_s": time.perf_counter() - start - loop_s,
         "iterations": period.n,
         "checkpoints": period.k,
-        "blocked_s": period.materialize,  # the loop's time inside checkpoints (sum of M)
-        "compute_s": period.compute,  # the loop's time outside them (sum of C)
-        "m_s": period.m,
-        "c_s": period.cost,
+        "blocked_s": period.blocked,  # the loop's time inside checkpoints
+        "slowdown_s": period.slowdown,  # what background commits took from iterations beside them
+        "outside_s": period.clean + period.overlapped,  # the loop's time outside checkpoints
+        "compute_s": period.compute,  # n * C: outside checkpoints, less the slowdown
+        "m_s": period.m,  # blocked and slowdown, per checkpoint
+        "c_s": period.cost,  # an iteration no commit ran beside
         "params": sum(p.numel() for p in model.parameters()),
         "trainable": sum(p.numel() for p in trainable),
         "frozen": [n for n, p in model.named_parameters() if not p.requires_grad],

@@ -5,7 +5,8 @@ The workload is docs/selection.md's `mop.py` and `space.toml`, run verbatim:
 weights are compared bit for bit with the same configuration trained in one
 process over the partitions in its recorded visit order; a worker is killed
 mid-run and the recorded schedule must still show every configuration on
-every partition exactly once per epoch.
+every partition exactly once per epoch. `hyperband.toml` runs Hyperband's
+two brackets for R = 3, eta = 3 and replays them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ import torch
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import Lineage
 from git_mgit.runtime import load_state_dict
+from git_mgit.runtime.selection import hyperband
 from git_mgit.runtime.selection.schedule import FixedScheduler, RandomScheduler, Unit
+from git_mgit.runtime.selection.space import SpaceError, load
+from git_mgit.runtime.training import runs
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo
 from tests.runtime_repo import isolated_home, working_copy
@@ -48,14 +52,15 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
         repo = init_mgit_repo(tmp_path_factory.mktemp("select") / "repo")
         (repo / "mop.py").write_text(documented("python", "`mop.py`"))
         (repo / "space.toml").write_text(documented("toml", "`space.toml`"))
-        run_git("add", "mop.py", "space.toml", cwd=repo)
+        (repo / "hyperband.toml").write_text(documented("toml", "`hyperband.toml`"))
+        run_git("add", "mop.py", "space.toml", "hyperband.toml", cwd=repo)
         run_git("commit", "-q", "-m", "selection workload", cwd=repo)
         return repo
 
 
-def select(repo: Path, *args: str) -> subprocess.Popen:
+def select(repo: Path, *args: str, space: str = "space.toml") -> subprocess.Popen:
     return subprocess.Popen(
-        ["git", "mgit", "select", "--space", "space.toml", "--workers", str(WORKERS), *args],
+        ["git", "mgit", "select", "--space", space, "--workers", str(WORKERS), *args],
         cwd=repo,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -73,6 +78,24 @@ def visits(repo: Path, run: str) -> list[list[int]]:
     """The recorded visit order of each epoch, oldest first."""
     log = run_git("log", "--format=%(trailers:key=Mgit-Visits,valueonly)", f"runs/{run}", cwd=repo)
     return [[int(p) for p in line.split(",")] for line in log.stdout.split()][::-1]
+
+
+def schedules(repo: Path, lin: Lineage, run: str) -> list[dict]:
+    """The schedule in the lineage node of each epoch's checkpoint, oldest first."""
+    epochs = len(visits(repo, run))
+    revs = [f"runs/{run}~{b}:checkpoints/{run}/model.safetensors" for b in range(epochs)][::-1]
+    models = [run_git("rev-parse", rev, cwd=repo).stdout.strip() for rev in revs]
+    return [lin.graph.nodes[m].details["schedule"] for m in models]
+
+
+def replayed(repo: Path, lin: Lineage, run: str, again: str) -> None:
+    """`again` replayed `run`: the same tensors (the files differ only in the run's name)
+    after the same visit orders."""
+    for name in ("model", "training"):
+        a = load_state_dict(f"runs/{run}:checkpoints/{run}/{name}.safetensors", lin)
+        b = load_state_dict(f"runs/{again}:checkpoints/{again}/{name}.safetensors", lin)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (again, name)
+    assert visits(repo, again) == visits(repo, run)
 
 
 def sequential(repo: Path, config: dict, orders: list[list[int]]) -> dict[str, torch.Tensor]:
@@ -109,10 +132,8 @@ def test_hopped_configurations_equal_sequential_training_and_replay_exactly(
         orders = visits(repo, c["run"])
         assert orders == c["visits"] and len(orders) == EPOCHS
         assert all(sorted(o) == list(range(WORKERS)) for o in orders)
-        for epoch, order in enumerate(orders):  # the schedule is in the lineage notes too
-            rev = f"runs/{c['run']}~{EPOCHS - 1 - epoch}:checkpoints/{c['run']}/model.safetensors"
-            node = lin.graph.nodes[run_git("rev-parse", rev, cwd=repo).stdout.strip()]
-            schedule = node.details["schedule"]
+        recorded = schedules(repo, lin, c["run"])  # the schedule is in the lineage notes too
+        for epoch, (order, schedule) in enumerate(zip(orders, recorded, strict=True)):
             assert (schedule["selection"], schedule["epoch"]) == ("s1", epoch)
             assert schedule["visits"] == order
     hopped = [c for c in summary["configs"] if c["visits"][0] != c["visits"][1]]
@@ -126,12 +147,8 @@ def test_hopped_configurations_equal_sequential_training_and_replay_exactly(
 
     table = finish(select(repo, "--replay", "s1", "--name", "s2"))[0]
     assert re.search(r"^best: c\d\d \(runs/s2-c\d\d\) accuracy=", table, re.M)
-    for i in range(CONFIGS):  # the same tensors (the files differ only in the run's name)
-        for name in ("model", "training"):
-            a = load_state_dict(f"runs/s1-c{i:02d}:checkpoints/s1-c{i:02d}/{name}.safetensors", lin)
-            b = load_state_dict(f"runs/s2-c{i:02d}:checkpoints/s2-c{i:02d}/{name}.safetensors", lin)
-            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (i, name)
-        assert visits(repo, f"s2-c{i:02d}") == visits(repo, f"s1-c{i:02d}")
+    for i in range(CONFIGS):
+        replayed(repo, lin, f"s1-c{i:02d}", f"s2-c{i:02d}")
 
 
 def _workers(repo: Path) -> list[int]:
@@ -170,6 +187,49 @@ def test_a_killed_worker_is_restarted_and_every_unit_runs_once(
             assert sorted(order) == list(range(WORKERS)), (c["run"], orders)
 
 
+def _marks(schedule: dict) -> tuple[int, int, bool]:
+    return schedule["bracket"], schedule["rung"], schedule.get("stopped", False)
+
+
+def test_hyperband_keeps_the_best_at_each_rung_and_replays_exactly(
+    workload: Path, tmp_path: Path
+) -> None:
+    repo = working_copy(workload, tmp_path)
+    wrong = select(repo, "--search", "hyperband", "--name", "no")  # space.toml has no [random]
+    assert wrong.wait(timeout=60) != 0
+    assert "space.toml: --search hyperband draws from a [random] table" in wrong.stderr.read()
+    out, err = finish(
+        select(repo, "--search", "hyperband", "--name", "h", "--json", space="hyperband.toml")
+    )
+    assert "configurations@epochs: s=1: 3@1 1@3; s=0: 2@3" in err
+    summary = json.loads(out)
+    configs, git = summary["configs"], find_repo(repo)
+    lin = Lineage(git)
+    first = [runs.find(git, c["commits"][0]).info.metrics["accuracy"] for c in configs]
+    survivor = max(range(3), key=lambda i: (first[i], -i))  # of bracket s=1: c00-c02
+    stopped = [i for i in range(3) if i != survivor]
+    expected = [[(1, 0, True)]] * 3 + [[(0, 0, False)] * EPOCHS] * 2
+    expected[survivor] = [(1, 0, False), (1, 1, False), (1, 1, False)]
+    marks = [[_marks(s) for s in schedules(repo, lin, c["run"])] for c in configs]
+    assert marks == expected  # the branches hold exactly these epochs
+    assert [len(c["history"]) for c in configs] == [len(m) for m in expected]
+    assert [c["stopped"] for c in configs] == [0 if i in stopped else None for i in range(5)]
+    assert [c["bracket"] for c in configs] == [1, 1, 1, 0, 0] and summary["events"] == []
+    finished = [c for c in configs if len(c["history"]) == EPOCHS]
+    assert summary["best"] == max(finished, key=lambda c: c["history"][-1]["accuracy"])["run"]
+    for c in configs:  # every partition exactly once in every epoch trained
+        assert visits(repo, c["run"]) == c["visits"]
+        assert all(sorted(o) == list(range(WORKERS)) for o in c["visits"]), c
+
+    table = finish(select(repo, "--replay", "h", "--name", "h2", space="hyperband.toml"))[0]
+    for i in stopped:
+        assert re.search(rf"^ *c0{i} .* - +- +1 +epoch 0 +runs/h2-c0{i}$", table, re.M), table
+    lin.reload()
+    for i, c in enumerate(configs):
+        replayed(repo, lin, c["run"], f"h2-c{i:02d}")
+        assert [_marks(s) for s in schedules(repo, lin, f"h2-c{i:02d}")] == marks[i]
+
+
 # -- the schedulers, without processes ---------------------------------------------------------
 
 
@@ -206,3 +266,79 @@ def test_fixed_scheduler_follows_the_recorded_orders() -> None:
     assert sched.visits == orders
     with pytest.raises(ValueError, match="is not every one of 3 partitions once"):
         FixedScheduler({0: [0, 0, 1]}, 3, 0)
+
+
+# -- hyperband, without processes ----------------------------------------------------------------
+
+
+def _rungs(epochs: int, eta: int) -> list[list[tuple[int, int]]]:
+    return [[(r.configs, r.epochs) for r in b.rungs] for b in hyperband.brackets(epochs, eta)]
+
+
+def test_hyperband_brackets_are_the_papers() -> None:
+    assert _rungs(81, 3) == [  # Li et al. 2018, Table 1
+        [(81, 1), (27, 3), (9, 9), (3, 27), (1, 81)],
+        [(34, 3), (11, 9), (3, 27), (1, 81)],
+        [(15, 9), (5, 27), (1, 81)],
+        [(8, 27), (2, 81)],
+        [(5, 81)],
+    ]
+    assert _rungs(3, 3) == [[(3, 1), (1, 3)], [(2, 3)]]
+    assert _rungs(1, 3) == [[(1, 1)]]
+    assert (hyperband.s_max(243, 3), hyperband.s_max(242, 3)) == (5, 4)  # float log: 4.999..
+    for bracket in _rungs(10, 3):  # R no power of eta: rounded, rising, ending at R
+        epochs = [e for _, e in bracket]
+        assert epochs == sorted(set(epochs)) and epochs[0] >= 1 and epochs[-1] == 10
+
+
+def test_hyperband_cuts_keep_the_best_ties_to_the_lower_index() -> None:
+    plan = hyperband.Plan(hyperband.brackets(3, 3))
+    assert [list(m) for m in plan.members] == [[0, 1, 2], [3, 4]]
+    marks = plan.cut(0, {0: 0.5, 1: 0.7, 2: 0.7, 3: None, 4: 0.1}, "max")
+    assert marks == {
+        0: {"bracket": 1, "rung": 0, "stopped": True},
+        1: {"bracket": 1, "rung": 0},
+        2: {"bracket": 1, "rung": 0, "stopped": True},
+        3: {"bracket": 0, "rung": 0},
+        4: {"bracket": 0, "rung": 0},
+    }
+    assert [c for c in range(5) if plan.training(c)] == [1, 3, 4]
+    assert plan.cut(1, {1: 0.9, 3: 0.2, 4: 0.3}, "max")[1] == {"bracket": 1, "rung": 1}
+    assert hyperband.rank([0, 1, 2, 3], {0: 0.3, 1: None, 2: 0.1, 3: 0.1}, "min") == [2, 3, 0, 1]
+
+
+SELECT = """
+[select]
+model = "m:model"
+optimizer = "m:optimizer"
+data = "m:data"
+train = "m:train"
+metric = "loss"
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        ("[hyperband]\neta = 1", "[hyperband] eta must be an integer >= 2, not 1"),
+        ("[hyperband]\neta = 2.5", "[hyperband] eta must be an integer >= 2, not 2.5"),
+        ("[hyperband]\neta = true", "[hyperband] eta must be an integer >= 2, not True"),
+        ("[hyperband]\nrate = 3", "[hyperband] takes only eta"),
+    ],
+)
+def test_hyperband_settings_are_checked(tmp_path: Path, extra: str, error: str) -> None:
+    path = tmp_path / "space.toml"
+    path.write_text(SELECT + "[random]\nlr = { uniform = [0.1, 1.0] }\n" + extra)
+    with pytest.raises(SpaceError, match=re.escape(f"{path}: {error}")):
+        load(path)
+
+
+def test_hyperband_samples_its_brackets_from_random(tmp_path: Path) -> None:
+    path = tmp_path / "space.toml"
+    path.write_text(SELECT + "[hyperband]\neta = 2\n")
+    with pytest.raises(SpaceError, match=r"--search hyperband draws from a \[random\] table"):
+        load(path).configurations("hyperband", 0, 4)
+    path.write_text(SELECT + "[random]\nsamples = 1\nlr = { uniform = [0.1, 1.0] }\n")
+    space = load(path)
+    assert space.eta == 3
+    assert len(space.configurations("hyperband", 0, 9)) == 9 + 5 + 3  # 3 brackets for R = 9

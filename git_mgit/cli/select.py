@@ -2,6 +2,7 @@
 
 git mgit select --space space.toml --workers 2                 # grid search
 git mgit select --space space.toml --workers 4 --search random --epochs 5 --name sweep
+git mgit select --space space.toml --workers 4 --search hyperband --epochs 27
 git mgit select --space space.toml --workers 2 --replay sweep --name sweep-again
 
 Each worker process holds one data partition; configurations hop between
@@ -23,7 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, required=True, help="processes (data partitions)")
     parser.add_argument("--epochs", type=int, help="epochs (default: the space's)")
     parser.add_argument(
-        "--search", choices=["grid", "random"], default="grid", help="how configurations are made"
+        "--search",
+        choices=["grid", "random", "hyperband"],
+        default="grid",
+        help="how configurations are made (hyperband also stops them at rungs)",
     )
     parser.add_argument("--name", help="branches runs/NAME-c00, ... (default select-<time>)")
     parser.add_argument("--seed", type=int, default=0, help="scheduler and random search seed")
@@ -36,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from git_mgit.gitcmd import find_repo
-    from git_mgit.runtime.selection import driver, recorded, report, space
+    from git_mgit.runtime.selection import driver, hyperband, recorded, report, space
 
     repo = find_repo()
     if repo.worktree is None:
@@ -45,20 +49,33 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or time.strftime("select-%Y%m%d-%H%M%S")
     if args.workers < 1:
         raise driver.SelectionError(f"--workers must be at least 1, not {args.workers}")
-    orders = None
+    if args.epochs is not None and args.epochs < 1:
+        raise driver.SelectionError(f"--epochs must be at least 1, not {args.epochs}")
+    replay = None
     if args.replay:
-        values, orders = recorded.schedule(repo, args.replay, args.workers)
-        epochs = 1 + max(e for _, e in orders)
+        replay = recorded.schedule(repo, args.replay, args.workers)
+        values, epochs = replay.values, replay.epochs
     else:
-        values = workload.configurations(args.search, args.seed)
         epochs = args.epochs or workload.epochs
+        values = workload.configurations(args.search, args.seed, epochs)
     driver.check_names(repo, name, len(values))
 
     def say(line: str) -> None:
         print(f"git-mgit: {line}", file=sys.stderr)
 
     say(f"{name}: {len(values)} configuration(s), {args.workers} worker(s), {epochs} epoch(s)")
-    req = driver.Request(name, args.workers, epochs, args.search, args.seed, orders)
+    if args.search == "hyperband" and not replay:
+        brackets = hyperband.brackets(epochs, workload.eta)
+        say(f"hyperband eta={workload.eta}, configurations@epochs: {hyperband.describe(brackets)}")
+    req = driver.Request(
+        name,
+        args.workers,
+        epochs,
+        args.search,
+        args.seed,
+        replay.orders if replay else None,
+        replay.marks if replay else None,
+    )
     outcome = driver.Driver(repo, workload, values, req, say).run()
     picture = report.plot(outcome, Path(args.plot or driver.scratch(repo, name) / "curves.png"))
     if args.json:

@@ -8,7 +8,10 @@ started anew (a new generation, reading its partition again). At each
 epoch's end every configuration's hopped state is committed onto its branch
 `runs/NAME-cII` with the epoch's metrics and visit order (`Mgit-Visits`),
 through the same RunCommitter as `git mgit train`, so k configurations that
-start from one model store only what each changes.
+start from one model store only what each changes. Under `--search
+hyperband` the epoch's scheduler gets only the configurations still training
+(hyperband.py says which stop at a rung); a replay trains those its
+recorded schedule has an order for.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage.api import Lineage
 from git_mgit.runtime.loading import load_state_dict
-from git_mgit.runtime.selection import hop, worker
+from git_mgit.runtime.selection import hop, hyperband, worker
 from git_mgit.runtime.selection.schedule import (
     FixedScheduler,
     RandomScheduler,
@@ -69,8 +72,10 @@ class Config:
     committer: RunCommitter
     state: Path
     units: list[dict[str, float | str]] = field(default_factory=list)  # this epoch's
-    history: list[dict[str, float | str]] = field(default_factory=list)  # per epoch
+    history: list[dict[str, float | str]] = field(default_factory=list)  # per epoch trained
     commits: list[str] = field(default_factory=list)
+    bracket: int | None = None  # hyperband's s
+    stopped: int | None = None  # the last epoch it trained, when hyperband stopped it there
 
     @property
     def label(self) -> str:
@@ -108,9 +113,14 @@ class Outcome:
 
 
 def best(configs: list[Config], space: Space) -> Config | None:
-    """The configuration whose latest epoch scores best on the space's metric and goal."""
+    """The configuration whose latest epoch scores best on the space's metric and goal, among
+    those that trained the most epochs. Hyperband stopped the others because their bracket
+    ranked them lower at a rung, and a metric after fewer epochs does not compare with one
+    after more: the answer is a configuration that survived to the full budget."""
     metric = space.metric
     scored = [c for c in configs if c.history and isinstance(c.history[-1].get(metric), float)]
+    most = max((len(c.history) for c in scored), default=0)
+    scored = [c for c in scored if len(c.history) == most]
     pick = max if space.goal == "max" else min
     return pick(scored, key=lambda c: c.history[-1][metric], default=None)
 
@@ -123,6 +133,7 @@ class Request:
     search: str = "grid"
     seed: int = 0
     orders: dict[tuple[int, int], list[int]] | None = None  # replay: (config, epoch) -> visits
+    marks: dict[tuple[int, int], dict[str, Any]] | None = None  # replay: hyperband's, recorded
 
 
 class Driver:
@@ -150,6 +161,9 @@ class Driver:
             state = self.scratch / "state" / f"c{i:02d}.safetensors"
             self.configs.append(Config(i, config, run, committer, state))
         self.code = code
+        self.plan: hyperband.Plan | None = None
+        if req.search == "hyperband" and req.orders is None:
+            self.plan = hyperband.Plan(hyperband.brackets(req.epochs, space.eta))
         self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         self.threads = max(1, (os.cpu_count() or 1) // req.workers)
         self.workers = [Worker(w, self.scratch / f"worker-{w}.log") for w in range(req.workers)]
@@ -245,8 +259,9 @@ class Driver:
             for w in self.workers:
                 self._spawn(w)
             for epoch in range(self.req.epochs):
-                self._epoch(epoch)
-                self._commit(epoch)
+                active = self._active(epoch)
+                self._epoch(epoch, active)
+                self._commit(epoch, active)
             for w in self.workers:
                 self._send(w, None)
             for w in self.workers:
@@ -266,17 +281,26 @@ class Driver:
             self.visits,
         )
 
-    def _scheduler(self, epoch: int) -> Scheduler:
-        indices = [c.index for c in self.configs]
+    def _active(self, epoch: int) -> list[Config]:
+        """The configurations that train this epoch: in a replay those with a recorded order,
+        under hyperband those it has not stopped, otherwise all."""
+        if self.req.orders is not None:
+            return [c for c in self.configs if (c.index, epoch) in self.req.orders]
+        if self.plan is not None:
+            return [c for c in self.configs if self.plan.training(c.index)]
+        return self.configs
+
+    def _scheduler(self, epoch: int, active: list[Config]) -> Scheduler:
+        indices = [c.index for c in active]
         if self.req.orders is not None:
             orders = {i: self.req.orders[(i, epoch)] for i in indices}
             return FixedScheduler(orders, len(self.workers), epoch)
         rng = random.Random(f"{self.req.seed}/{epoch}")
         return RandomScheduler(indices, len(self.workers), epoch, rng)
 
-    def _epoch(self, epoch: int) -> None:
-        sched = self._scheduler(epoch)
-        for c in self.configs:
+    def _epoch(self, epoch: int, active: list[Config]) -> None:
+        sched = self._scheduler(epoch, active)
+        for c in active:
             c.units = []
         while not sched.done:
             progressed = False
@@ -299,7 +323,7 @@ class Driver:
                         progressed = True
             if not progressed:
                 time.sleep(_POLL)
-        for c in self.configs:
+        for c in active:
             self.visits[(c.index, epoch)] = sched.visits[c.index]
 
     def _finished(self, w: Worker, sched: Scheduler, reply: dict[str, Any]) -> None:
@@ -314,14 +338,28 @@ class Driver:
         self.configs[unit.config].units.append(reply["metrics"])
         w.unit = None
 
-    def _commit(self, epoch: int) -> None:
-        """Every configuration's state at the epoch's end, onto its branch."""
-        for c in self.configs:
+    def _marks(
+        self, epoch: int, metrics: dict[int, dict[str, float | str]]
+    ) -> dict[int, dict[str, Any]]:
+        """Hyperband's bracket, rung and stop of each configuration that trained this epoch:
+        decided by the plan, or as a replayed selection recorded them."""
+        if self.req.marks is not None:
+            return {c: self.req.marks.get((c, epoch), {}) for c in metrics}
+        if self.plan is None:
+            return {}
+        scores = {c: _score(m.get(self.space.metric)) for c, m in metrics.items()}
+        return self.plan.cut(epoch, scores, self.space.goal)
+
+    def _commit(self, epoch: int, active: list[Config]) -> None:
+        """Every configuration's state at the epoch's end, onto its branch, with hyperband's
+        marks in its lineage node's schedule."""
+        metrics = {c.index: _epoch_metrics(c.units) for c in active}
+        marks = self._marks(epoch, metrics)
+        for c in active:
             snapshot = hop.read(c.state)
-            metrics = _epoch_metrics(c.units)
             snapshot.info = dataclasses.replace(
                 snapshot.info,
-                metrics=metrics,
+                metrics=metrics[c.index],
                 code=self.code,
                 function=self.space.functions["train"],
                 start=c.committer.start.id if c.committer.start else None,
@@ -333,17 +371,22 @@ class Driver:
                 "epoch": epoch,
                 "visits": self.visits[(c.index, epoch)],
                 "seed": self.req.seed,
+                **marks.get(c.index, {}),
             }
             done = c.committer(snapshot, {"schedule": schedule})
-            c.history.append(metrics)
+            c.history.append(metrics[c.index])
             c.commits.append(done.commit)
+            c.bracket = schedule.get("bracket")
+            c.stopped = epoch if schedule.get("stopped") else None
         top = best(self.configs, self.space)
         said = (
             f"{top.label} {self.space.metric}={top.history[-1][self.space.metric]}"
             if top
             else "none"
         )
-        self.say(f"epoch {epoch}: {len(self.configs)} configuration(s) committed; best {said}")
+        cut = sum(1 for m in marks.values() if m.get("stopped"))
+        stops = f", {cut} stopped by hyperband" if cut else ""
+        self.say(f"epoch {epoch}: {len(active)} configuration(s) committed{stops}; best {said}")
 
 
 def _epoch_metrics(units: list[dict[str, float | str]]) -> dict[str, float | str]:
@@ -355,6 +398,11 @@ def _epoch_metrics(units: list[dict[str, float | str]]) -> dict[str, float | str
         numbers = [v for v in values if isinstance(v, float)]
         out[name] = sum(numbers) / len(numbers) if len(numbers) == len(values) else values[-1]
     return out
+
+
+def _score(value: float | str | None) -> float | None:
+    """A metric hyperband can rank by: a number (NaN and infinity are text, and rank last)."""
+    return value if isinstance(value, float) else None
 
 
 def check_names(repo: Repo, name: str, count: int) -> None:

@@ -2,16 +2,33 @@
 
 Configuration II of selection NAME is branch runs/NAME-cII; each of its
 epoch-end checkpoint commits holds the configuration (values and seed) and
-the partitions the epoch visited, in order (`Info.visits`). No torch here.
+the partitions the epoch visited, in order (`Info.visits`), and its lineage
+node hyperband's bracket, rung and stop. A configuration hyperband stopped
+has fewer epochs: it trains in those it has an order for. No torch here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from git_mgit.gitcmd import Repo
+from git_mgit.lineage.api import Lineage
 from git_mgit.runtime.selection.driver import SelectionError
 from git_mgit.runtime.training import layout, runs
+
+MARKS = ("bracket", "rung", "stopped")  # hyperband's, in a commit's lineage schedule
+
+
+@dataclass(frozen=True)
+class Recorded:
+    values: list[dict[str, Any]]  # each configuration's, seed included
+    orders: dict[tuple[int, int], list[int]]  # (configuration, epoch) -> visit order
+    marks: dict[tuple[int, int], dict[str, Any]]  # (configuration, epoch) -> hyperband's
+
+    @property
+    def epochs(self) -> int:
+        return 1 + max(e for _, e in self.orders)
 
 
 def configuration_runs(repo: Repo, name: str) -> list[str]:
@@ -22,14 +39,13 @@ def configuration_runs(repo: Repo, name: str) -> list[str]:
     return out
 
 
-def schedule(
-    repo: Repo, name: str, workers: int
-) -> tuple[list[dict[str, Any]], dict[tuple[int, int], list[int]]]:
-    """Each configuration's values, and (configuration, epoch) -> its recorded visit order."""
+def schedule(repo: Repo, name: str, workers: int) -> Recorded:
+    """Each configuration's values, visit order per epoch it trained, and hyperband's marks."""
     names = configuration_runs(repo, name)
     if not names:
         raise SelectionError(f"no selection {name!r} (no branch {layout.branch(name + '-c00')})")
-    values, orders = [], {}
+    lineage = Lineage(repo)
+    values, orders, marks = [], {}, {}
     for i, run in enumerate(names):
         found = [runs.find(repo, c) for c in _checkpoints(repo, run)]
         ends = [f for f in found if f.info.position.end_of_epoch and f.info.visits is not None]
@@ -43,7 +59,10 @@ def schedule(
                     f"--workers {len(f.info.visits or [])}"
                 )
             orders[(i, f.info.position.epoch)] = list(f.info.visits or [])
-    return values, orders
+            node = lineage.graph.nodes.get(f.model)
+            details = node.details.get("schedule", {}) if node else {}
+            marks[(i, f.info.position.epoch)] = {k: details[k] for k in MARKS if k in details}
+    return Recorded(values, orders, marks)
 
 
 def _checkpoints(repo: Repo, run: str) -> list[str]:

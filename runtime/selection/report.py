@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from git_mgit.runtime.selection.driver import Outcome
+from git_mgit.runtime.selection.driver import Config, Outcome
 from git_mgit.runtime.training import layout
 
 
@@ -13,13 +13,27 @@ def _value(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def _hyperband(c: Config) -> list[str]:
+    """Its bracket, and the last epoch it trained if hyperband stopped it there."""
+    return [str(c.bracket), "" if c.stopped is None else f"epoch {c.stopped}"]
+
+
 def table(out: Outcome) -> str:
-    """One row per configuration: its values, its metric per epoch, its branch; * the best."""
+    """One row per configuration: its values, its metric per epoch ("-" where it did not
+    train), hyperband's bracket and stop if any, its branch; * the best."""
     metric = out.space.metric
     best = out.best()
     names = sorted({k for c in out.configs for k in c.values if k != "seed"})
-    epochs = len(best.history)
-    head = ["", "config", *names, *(f"{metric}@{e}" for e in range(epochs)), "branch"]
+    epochs = max(len(c.history) for c in out.configs)
+    hyper = any(c.bracket is not None for c in out.configs)
+    head = [
+        "",
+        "config",
+        *names,
+        *(f"{metric}@{e}" for e in range(epochs)),
+        *(["bracket", "stopped"] if hyper else []),
+        "branch",
+    ]
     rows = [head]
     for c in out.configs:
         rows.append(
@@ -28,6 +42,8 @@ def table(out: Outcome) -> str:
                 c.label,
                 *(_value(c.values.get(n, "")) for n in names),
                 *(_value(h.get(metric, "")) for h in c.history),
+                *["-"] * (epochs - len(c.history)),
+                *(_hyperband(c) if hyper else []),
                 layout.branch(c.run),
             ]
         )
@@ -40,7 +56,8 @@ def table(out: Outcome) -> str:
 
 
 def plot(out: Outcome, path: Path) -> Path:
-    """Learning curves: the ranking metric per epoch, one line per configuration."""
+    """Learning curves: the ranking metric per epoch, one line per configuration; an x where
+    hyperband stopped one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -54,7 +71,9 @@ def plot(out: Outcome, path: Path) -> Path:
         points = [(e, y) for e, y in enumerate(ys) if isinstance(y, float)]
         if points:
             xs, vs = zip(*points, strict=True)
-            ax.plot(xs, vs, marker="o", label=c.label)
+            line = ax.plot(xs, vs, marker="o", label=c.label)[0]
+            if c.stopped is not None and xs[-1] == c.stopped:
+                ax.plot(xs[-1], vs[-1], marker="x", markersize=10, color=line.get_color())
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel(metric)
@@ -84,6 +103,8 @@ def as_json(out: Outcome) -> dict[str, Any]:
                 "values": c.values,
                 "history": c.history,
                 "commits": c.commits,
+                "bracket": c.bracket,
+                "stopped": c.stopped,
                 "visits": [out.visits[(c.index, e)] for e in range(len(c.history))],
             }
             for c in out.configs

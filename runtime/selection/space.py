@@ -20,6 +20,9 @@
     lr = { log_uniform = [1e-4, 1e-1] }
     batch_size = { choice = [16, 32, 64] }
 
+    [hyperband]                  # --search hyperband: draws from [random], R = epochs
+    eta = 3                      # optional: keep 1/eta of each bracket at each rung
+
 No torch here: the launcher checks the file before any process starts.
 """
 
@@ -35,8 +38,9 @@ from typing import Any
 import tomllib
 
 from git_mgit.errors import MgitError
+from git_mgit.runtime.selection import hyperband
 
-SEARCHES = ("grid", "random")
+SEARCHES = ("grid", "random", "hyperband")
 FUNCTIONS = ("model", "optimizer", "data", "train")
 
 
@@ -55,9 +59,11 @@ class Space:
     grid: dict[str, list[Any]] = field(default_factory=dict)
     random: dict[str, Any] = field(default_factory=dict)
     samples: int = 0
+    eta: int = 3
 
-    def configurations(self, search: str, seed: int) -> list[dict[str, Any]]:
-        """The configurations to train, in a fixed order (their labels c00, c01, ...)."""
+    def configurations(self, search: str, seed: int, epochs: int) -> list[dict[str, Any]]:
+        """The configurations to train, in a fixed order (their labels c00, c01, ...);
+        hyperband's, bracket after bracket, as many as its brackets for R = `epochs` take."""
         if search == "grid":
             if not self.grid:
                 raise SpaceError(f"{self.path}: --search grid needs a [space] table of lists")
@@ -66,12 +72,18 @@ class Space:
                 dict(zip(names, values, strict=True))
                 for values in itertools.product(*(self.grid[n] for n in names))
             ]
-        if search == "random":
+        if search in ("random", "hyperband"):
             if not self.random:
-                raise SpaceError(f"{self.path}: --search random needs a [random] table")
+                raise SpaceError(
+                    f"{self.path}: --search {search} draws from a [random] table of "
+                    "distributions; add one (docs/selection.md)"
+                )
+            count = self.samples
+            if search == "hyperband":
+                count = hyperband.size(hyperband.brackets(epochs, self.eta))
             rng = random.Random(seed)
             names = sorted(self.random)
-            return [{n: _draw(self.random[n], rng) for n in names} for _ in range(self.samples)]
+            return [{n: _draw(self.random[n], rng) for n in names} for _ in range(count)]
         raise SpaceError(f"unknown search {search!r}; use one of {', '.join(SEARCHES)}")
 
     def better(self, a: float, b: float) -> bool:
@@ -151,5 +163,24 @@ def load(path: str | Path) -> Space:
     for k, v in randoms.items():
         _distribution(f"{p}: [random] {k}", v)
     return Space(
-        str(p), functions, metric, goal, epochs, select.get("start"), grid, randoms, samples
+        str(p),
+        functions,
+        metric,
+        goal,
+        epochs,
+        select.get("start"),
+        grid,
+        randoms,
+        samples,
+        _eta(p, body.get("hyperband", {})),
     )
+
+
+def _eta(p: Path, table: Any) -> int:
+    """[hyperband] eta: the fraction 1/eta of each bracket that survives a rung."""
+    if not isinstance(table, dict) or set(table) - {"eta"}:
+        raise SpaceError(f"{p}: [hyperband] takes only eta (an integer >= 2)")
+    eta = table.get("eta", 3)
+    if type(eta) is not int or eta < 2:
+        raise SpaceError(f"{p}: [hyperband] eta must be an integer >= 2, not {eta!r}")
+    return eta

@@ -26,6 +26,7 @@ import planning
 import query_bench
 import replay_bench
 import report
+import selection_bench
 import training
 from phases import Context, log
 from tools import LFS, MGIT, PASSTHROUGH, PLAIN, isolated_env
@@ -72,6 +73,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="only the checkpointing-while-training section (throughput per checkpointing "
         "mode, storage per checkpoint; about 2.5 minutes, --quick under one)",
+    )
+    p.add_argument(
+        "--selection-only",
+        action="store_true",
+        help="only the model selection section (MOP against task and data parallelism; "
+        "about 2 minutes, --quick about one)",
     )
     p.add_argument("--keep", action="store_true", help="keep the scratch folder, for debugging")
     p.add_argument(
@@ -124,6 +131,17 @@ def _training_only(args: argparse.Namespace, scratch: Path) -> int:
     data = _training(scratch, isolated_env(scratch), args.quick)
     checks = report.checkpointing_targets(data)
     return _section_only(args, "checkpointing", data, report.checkpointing_table(data), checks)
+
+
+def _selection(scratch: Path, env: dict[str, str], quick: bool) -> dict[str, object]:
+    """Model selection's section: MOP against task and data parallelism."""
+    return {"parallelism": selection_bench.bench(scratch, env, quick)}
+
+
+def _selection_only(args: argparse.Namespace, scratch: Path) -> int:
+    data = _selection(scratch, isolated_env(scratch), args.quick)
+    checks = report.selection_targets(data)
+    return _section_only(args, "selection", data, report.selection_table(data), checks)
 
 
 def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
@@ -192,6 +210,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
         ctx, data / "planning", args.out.parent, args.checkpoints, *_family_size(args)
     )
     results["checkpointing"] = _training(scratch, ctx.env, args.quick)
+    results["selection"] = _selection(scratch, ctx.env, args.quick)
 
     chunk = rss["tools"][MGIT]["chunk_size"]  # type: ignore[index]
     results["settings"] = {
@@ -224,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             return _planning_only(args, scratch)
         if args.training_only:
             return _training_only(args, scratch)
+        if args.selection_only:
+            return _selection_only(args, scratch)
         results = run(args, scratch)
     finally:
         if args.keep:

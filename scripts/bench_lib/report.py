@@ -189,6 +189,8 @@ def targets(results: dict[str, Any]) -> list[Target]:
         out += planning_targets(results["planning"])
     if "checkpointing" in results:
         out += checkpointing_targets(results["checkpointing"])
+    if "selection" in results:
+        out += selection_targets(results["selection"])
     return out
 
 
@@ -490,6 +492,89 @@ def _storage_table(st: dict[str, Any]) -> str:
     )
 
 
+def selection_table(data: dict[str, Any]) -> str:
+    """The model selection section's tables."""
+    return parallelism_table(data["parallelism"])
+
+
+def selection_targets(data: dict[str, Any]) -> list[Target]:
+    """The model selection section's targets."""
+    return parallelism_targets(data["parallelism"])
+
+
+def _per_approach(p: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each approach's peak RSS of its largest worker, and per epoch the bytes its workers
+    read from the data file and the model bytes they moved; its best final metric."""
+    return {
+        name: {
+            "peak": max(w["peak_kib"] for w in a["workers"]) * 1024,
+            "read": sum(w["read"] for w in a["workers"]) / p["epochs"],
+            "moved": a["sent_bytes"] / p["epochs"],
+            "best": max(m[p["metric"]] for m in a["metrics"].values()),
+        }
+        for name, a in p["approaches"].items()
+    }
+
+
+def parallelism_table(p: dict[str, Any]) -> str:
+    """MOP against task and data parallelism: time, memory, data read, model traffic."""
+    numbers, approaches = _per_approach(p), p["approaches"]
+    columns = [
+        "wall (s)",
+        "worker processes",
+        "peak RSS per worker (MiB)",
+        "data read per epoch (MiB)",
+        "model bytes moved per epoch (MiB)",
+        f"best {p['metric']}",
+    ]
+    rows = [
+        (
+            a["label"],
+            [
+                f"{a['wall_s']:.1f}",
+                str(len(a["workers"])),
+                f"{numbers[name]['peak'] / MIB:.0f}",
+                f"{numbers[name]['read'] / MIB:.1f}",
+                f"{numbers[name]['moved'] / MIB:.1f}",
+                f"{numbers[name]['best']:.4f}",
+            ],
+        )
+        for name, a in approaches.items()
+    ]
+    title = (
+        f"model selection: {p['configs']} configurations x {p['epochs']} epochs on "
+        f"{p['workers']} workers ({p['threads']} torch thread(s) each), "
+        f"{p['data_bytes'] / MIB:.1f} MiB of training data in a file"
+    )
+    driver = approaches["mop"]["driver_s"]
+    return (
+        _table(title, columns, rows)
+        + f"\n\nMOP's driver loop (workers started to last commit): {driver:.1f} s of its wall time"
+    )
+
+
+def parallelism_targets(p: dict[str, Any]) -> list[Target]:
+    """Paper 003's Figure 1 on this workload: MOP reads each partition once per worker,
+    and a worker holds one partition, where task parallelism holds all the data."""
+    numbers = _per_approach(p)
+    m, task = numbers["mop"], numbers["task"]
+    others = {p["approaches"][k]["label"]: n for k, n in numbers.items() if k != "mop"}
+    where = f"{p['configs']} configurations, {p['workers']} workers"
+    read = ", ".join(f"{label} {n['read'] / MIB:.1f} MiB" for label, n in others.items())
+    return [
+        Target(
+            f"model selection ({where}): MOP reads no more data per epoch than the others",
+            all(m["read"] <= n["read"] for n in others.values()),
+            f"MOP {m['read'] / MIB:.1f} MiB vs {read}",
+        ),
+        Target(
+            f"model selection ({where}): MOP's peak RSS per worker below task parallelism's",
+            m["peak"] < task["peak"],
+            f"{m['peak'] / MIB:.0f} MiB vs {task['peak'] / MIB:.0f} MiB",
+        ),
+    ]
+
+
 def _split(tool: dict[str, Any]) -> str:
     """Whose peak it was: the filter process itself or a child (git cat-file)."""
     own, kids = _rss(tool, "process"), _rss(tool, "children")
@@ -633,6 +718,8 @@ def render(results: dict[str, Any], checks: list[Target]) -> str:
         parts += [planning_table(results["planning"]), ""]
     if "checkpointing" in results:
         parts += [checkpointing_table(results["checkpointing"]), ""]
+    if "selection" in results:
+        parts += [selection_table(results["selection"]), ""]
     parts += ["", "## Targets", ""]
     parts += [check.line() for check in checks]
     return "\n".join(parts)

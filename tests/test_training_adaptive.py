@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from git_mgit.runtime.training.adaptive import (
+    CLEAN,
     EPS,
     AdaptivePeriod,
     next_due,
@@ -86,9 +87,10 @@ def simulate_background(
     iterations by `slower` (a background commit competing with training), deciding as the
     checkpointer does; returns the period and the overhead really paid."""
     period, cost, due, running, paid = AdaptivePeriod(), 0.1, 1, 0, 0.0
-    for _ in range(iterations):
+    for i in range(iterations):
         took = cost * (1 + slower) if running else cost
         paid += took - cost
+        took += 0.3 if i == 0 else 0.0  # the first iteration warms up: C must not count it
         period.iteration(took, overlapped=running > 0)
         running = max(0, running - 1)
         if period.n < due:
@@ -109,13 +111,18 @@ def test_a_background_commits_slowdown_counts_toward_the_bound(
     period, paid = simulate_background(0.01, commit_iterations, slower, 3000)
     first = 0.01 + commit_iterations * 0.1 * slower  # the blind first checkpoint
     assert period.materialize == pytest.approx(paid)  # M sees the slowdown, not just the copy
-    assert period.compute == pytest.approx(3000 * 0.1)
+    assert period.compute == pytest.approx(3000 * 0.1 + 0.3)
     assert (paid - first) / period.compute < EPS
     assert period.k > 1
 
 
-def test_no_decision_while_a_commit_is_still_running() -> None:
+def test_no_decision_while_a_commit_runs_nor_before_clean_iterations_follow_it() -> None:
     period = AdaptivePeriod()
     period.iteration(0.1)
     assert period.decide(committing=True) == 2
     assert period.decide(committing=False) == 1  # nothing measured yet: checkpoint now
+    period.checkpointed(0.001)
+    for i in range(2, 2 + CLEAN):
+        assert period.decide(committing=False) == i  # C not yet measured since
+        period.iteration(0.1)
+    assert period.decide(committing=False) == period.n  # cheap: checkpoint now

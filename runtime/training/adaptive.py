@@ -18,9 +18,11 @@ inside it (the copy off the device, the RNG gather, any wait for a free
 slot; the whole commit when synchronous): while a background commit runs,
 it competes with training for cores, memory bandwidth and the GIL, and the
 iterations it overlaps run slower (1.2-2x on a 2-core machine). M counts
-that too: C is the mean of iterations no commit overlapped, and whatever
-the overlapped iterations took beyond C is charged to M. So a decision is
-made only when no commit is running (its whole cost is known by then).
+that too: C is the mean of iterations no commit overlapped (leaving out
+the first, which pays for warming up), and whatever the overlapped
+iterations took beyond C is charged to M. So a decision is made only when
+no commit is running (its whole cost is known by then) and a few clean
+iterations since the last one have kept C honest.
 
 Deciding needs the same answer on every rank, and a collective per
 iteration would cost more than it saves; so rank 0 turns the rule into the
@@ -34,6 +36,8 @@ import math
 from dataclasses import dataclass
 
 EPS = 1 / 15  # Flor's default tolerance (6.67 %)
+WARMUP = 1  # first iterations, slow with lazy allocation, that C leaves out
+CLEAN = 3  # iterations with no commit beside them, since the last checkpoint, before deciding
 RESTORE_RATIO = 1.38  # Flor's c, measured over its workloads (section 3.2.2)
 
 
@@ -75,35 +79,43 @@ class AdaptivePeriod:
     n: int = 0  # iterations run
     k: int = 0  # checkpoints taken
     blocked: float = 0.0  # seconds the loop spent inside checkpoints
-    clean: float = 0.0  # seconds of the iterations no commit overlapped ...
+    warm: float = 0.0  # seconds of the first WARMUP iterations
+    clean: float = 0.0  # seconds of the later iterations no commit overlapped ...
     clean_n: int = 0  # ... and how many
     overlapped: float = 0.0  # seconds of the iterations a background commit overlapped ...
     overlapped_n: int = 0  # ... and how many
+    since: int = 0  # clean iterations since the last checkpoint
 
     def iteration(self, seconds: float, overlapped: bool = False) -> None:
         """One iteration took `seconds` outside checkpoints; `overlapped`: a commit ran meanwhile."""
         self.n += 1
-        if overlapped:
+        if self.n <= WARMUP:
+            self.warm += seconds
+        elif overlapped:
             self.overlapped += seconds
             self.overlapped_n += 1
         else:
             self.clean += seconds
             self.clean_n += 1
+            self.since += 1
 
     def checkpointed(self, seconds: float) -> None:
         self.k += 1
         self.blocked += seconds
+        self.since = 0
 
     @property
     def cost(self) -> float:
         """C: an iteration's time with no commit beside it."""
         if self.clean_n:
             return self.clean / self.clean_n
-        return self.overlapped / self.overlapped_n if self.overlapped_n else 0.0
+        return (self.warm + self.overlapped) / self.n if self.n else 0.0
 
     @property
     def slowdown(self) -> float:
         """Seconds background commits took from the iterations they overlapped."""
+        if not self.clean_n:
+            return 0.0  # nothing to compare with yet
         return max(0.0, self.overlapped - self.overlapped_n * self.cost)
 
     @property
@@ -114,7 +126,7 @@ class AdaptivePeriod:
     @property
     def compute(self) -> float:
         """n * C: the loop's time had nothing been checkpointed."""
-        return self.clean + self.overlapped - self.slowdown
+        return self.warm + self.clean + self.overlapped - self.slowdown
 
     @property
     def m(self) -> float:
@@ -126,10 +138,11 @@ class AdaptivePeriod:
     def decide(self, committing: bool) -> int:
         """At a due iteration: n to checkpoint now, else the iteration to decide at next.
 
-        While a commit is still running, its cost to the loop is not all known:
-        decide again at the next iteration.
+        While a commit is still running, its cost to the loop is not all known,
+        and until a few clean iterations followed it C may be off: decide again
+        at the next iteration.
         """
-        if committing:
+        if committing or (self.k and self.since < CLEAN):
             return self.n + 1
         if should_checkpoint(self.m, self.cost, self.n, self.k, self.c, self.eps):
             return self.n

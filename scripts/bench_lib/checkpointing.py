@@ -63,7 +63,7 @@ def _spec(quick: bool) -> dict[str, object]:
         "classes": 16,
         "frozen": 0,
         "batch": 128,
-        "steps": 20 if quick else 100,
+        "steps": 20 if quick else 250,
         "epochs": 1 if quick else 2,
         "every": 10 if quick else 20,
         "eps": EPS,

@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--training-only",
         action="store_true",
         help="only the checkpointing-while-training section (throughput per checkpointing "
-        "mode, storage per checkpoint; about 2.5 minutes, --quick under one)",
+        "mode, storage per checkpoint, hindsight replay; about 5.5 minutes, --quick under one)",
     )
     p.add_argument(
         "--selection-only",

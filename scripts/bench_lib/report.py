@@ -348,6 +348,7 @@ def checkpointing_targets(data: dict[str, Any]) -> list[Target]:
     runs, spec = _median_runs(data), data["throughput"]["spec"]
     eps, a = spec["eps"], runs["adaptive"]
     overhead = _overhead(runs, "adaptive")
+    accounted = (a["blocked_s"] + a["slowdown_s"]) / a["compute_s"]
     st = data["storage"]
     frozen = _later(st, "frozen")
     n = len(st["per_commit"])
@@ -355,11 +356,11 @@ def checkpointing_targets(data: dict[str, Any]) -> list[Target]:
     return [
         Target(
             "adaptive checkpointing overhead <= eps",
-            overhead <= eps,
+            overhead <= eps and accounted <= eps,
             f"{overhead:.1%} vs eps {eps:.1%} ({len(a['commits'])} checkpoints in "
             f"{a['iterations']} iterations; the loop spent {a['blocked_s']:.2f} s in them and "
             f"{a['slowdown_s']:.2f} s slower beside their commits: k*M / n*C = "
-            f"{(a['blocked_s'] + a['slowdown_s']) / a['compute_s']:.1%}, what Flor's rule "
+            f"{accounted:.1%}, what Flor's rule "
             f"bounds; {_overhead(runs, 'adaptive', close=True):.1%} counting close(), "
             f"which waited {a['close_s']:.2f} s for the last commit)",
         ),

@@ -49,6 +49,7 @@ COMMANDS: dict[str, str] = {
     "train": "train",
     "replay": "replay",
     "select": "select",
+    "tune": "tune",
 }
 
 HELP: dict[str, str] = {
@@ -86,6 +87,7 @@ HELP: dict[str, str] = {
     "train": "train with torchrun; checkpoints are commits on a run branch; resume any of them",
     "replay": "re-run a recorded training run with edited code, in parallel; compare metrics",
     "select": "model selection: configurations hop between data-partition workers (MOP)",
+    "tune": "tune training tunables on branches (MLtuner): trials fork, the fastest is kept",
 }
 
 

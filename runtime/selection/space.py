@@ -29,15 +29,13 @@ No torch here: the launcher checks the file before any process starts.
 from __future__ import annotations
 
 import itertools
-import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from git_mgit.errors import MgitError
+from git_mgit.runtime import searchspace
 from git_mgit.runtime.selection import hyperband
 
 SEARCHES = ("grid", "random", "hyperband")
@@ -83,55 +81,17 @@ class Space:
                 count = hyperband.size(hyperband.brackets(epochs, self.eta))
             rng = random.Random(seed)
             names = sorted(self.random)
-            return [{n: _draw(self.random[n], rng) for n in names} for _ in range(count)]
+            return [{n: searchspace.draw(self.random[n], rng) for n in names} for _ in range(count)]
         raise SpaceError(f"unknown search {search!r}; use one of {', '.join(SEARCHES)}")
 
     def better(self, a: float, b: float) -> bool:
         return a > b if self.goal == "max" else a < b
 
 
-def _draw(spec: Any, rng: random.Random) -> Any:
-    kind, values = next(iter(spec.items()))
-    if kind == "choice":
-        return rng.choice(values)
-    lo, hi = values
-    if kind == "uniform":
-        return rng.uniform(lo, hi)
-    if kind == "log_uniform":
-        return math.exp(rng.uniform(math.log(lo), math.log(hi)))
-    return rng.randint(lo, hi)  # int_uniform
-
-
-def _distribution(where: str, spec: Any) -> Any:
-    kinds = ("choice", "uniform", "log_uniform", "int_uniform")
-    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in kinds:
-        raise SpaceError(
-            f"{where}: expected {{ <kind> = [...] }} with kind one of {', '.join(kinds)}"
-        )
-    kind, values = next(iter(spec.items()))
-    if not isinstance(values, list) or not values:
-        raise SpaceError(f"{where}: {kind} needs a non-empty list")
-    if kind != "choice":
-        if len(values) != 2 or not all(isinstance(v, int | float) for v in values):
-            raise SpaceError(f"{where}: {kind} needs [low, high]")
-        if values[0] > values[1] or (kind == "log_uniform" and values[0] <= 0):
-            raise SpaceError(
-                f"{where}: {kind} needs 0 < low <= high"
-                if kind == "log_uniform"
-                else f"{where}: low > high"
-            )
-    return spec
-
-
 def load(path: str | Path) -> Space:
     """Read and check SPACE.toml; SpaceError names the key to fix."""
     p = Path(path)
-    try:
-        body = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise SpaceError(f"{p}: no such file (see docs/selection.md for its format)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpaceError(f"{p}: not TOML: {exc}") from None
+    body = searchspace.read_toml(p, SpaceError, "docs/selection.md")
     select = body.get("select")
     if not isinstance(select, dict):
         raise SpaceError(f"{p}: needs a [select] table naming the functions")
@@ -161,7 +121,7 @@ def load(path: str | Path) -> Space:
     if not isinstance(samples, int) or (samples < 1 and randoms):
         raise SpaceError(f"{p}: [random] samples must be a positive integer")
     for k, v in randoms.items():
-        _distribution(f"{p}: [random] {k}", v)
+        searchspace.check(f"{p}: [random] {k}", v, SpaceError)
     return Space(
         str(p),
         functions,

@@ -13,6 +13,7 @@ checkpoint before it (across a resume too).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,16 +59,20 @@ class RunCommitter:
         branch_from: str | None = None,
         shards: int = 1,
         lineage: Lineage | None = None,
+        branch: str | None = None,
     ) -> None:
         """`code`: the commit the training code is; `start`: the version training began
         from; `previous`: the model version of the checkpoint this run continues (on
         resume); `branch_from`: where the run branch starts if it does not exist yet
         (default `code`; the resumed checkpoint when a new run branches from it);
         `shards`: files of a sharded model folder; `lineage`: one to share between the
-        committers of several runs (a selection's), instead of loading the graph for each."""
+        committers of several runs (a selection's), instead of loading the graph for each;
+        `branch`: the run whose branch to commit onto when it is not `run`'s own (a tuning
+        trial commits run NAME's files onto runs/NAME-r1-t0)."""
         self.repo = repo
         self.lineage = lineage or Lineage(repo)
         self.run, self.code, self.shards = run, code, shards
+        self.branch = branch or run
         self.branch_from = branch_from or code
         self.previous, self.resumed_from = previous, resumed_from
         self.start: Version | None = self.lineage.resolve(start) if start else None
@@ -77,11 +82,17 @@ class RunCommitter:
         if self.start is not None:
             self.base = _merged(version_manifests(repo, self.start.id, self.start.kind))
 
-    def __call__(self, snapshot: Snapshot, details: dict | None = None) -> Committed:
-        """Commit the snapshot; `details` go into its lineage node (a selection's schedule)."""
+    def __call__(
+        self,
+        snapshot: Snapshot,
+        details: dict | None = None,
+        trailers: Mapping[str, str] | None = None,
+    ) -> Committed:
+        """Commit the snapshot; `details` go into its lineage node (a selection's schedule),
+        `trailers` into its message (a tuning trial's setting and label)."""
         info = snapshot.info
-        if runs.tip(self.repo, self.run) is None:
-            runs.create_branch(self.repo, self.run, self.branch_from)
+        if runs.tip(self.repo, self.branch) is None:
+            runs.create_branch(self.repo, self.branch, self.branch_from)
         planned, plain = layout.plan(snapshot, self.shards)
         training = layout.training_path(self.run)
         files = [
@@ -89,7 +100,8 @@ class RunCommitter:
             for f in planned
         ]
         message = layout.message(info, self.resumed_from)
-        commit, blobs = commit_files(self.repo, files, message, layout.branch(self.run), plain)
+        message += "".join(f"{k}: {v}\n" for k, v in (trailers or {}).items())
+        commit, blobs = commit_files(self.repo, files, message, layout.branch(self.branch), plain)
         self.resumed_from = None  # only the first checkpoint after a resume says so
         sharded = info.parallel == "fsdp"
         path = layout.model_path(self.run, sharded)

@@ -28,6 +28,7 @@ import replay_bench
 import report
 import selection_bench
 import training
+import tune_bench
 from phases import Context, log
 from tools import LFS, MGIT, PASSTHROUGH, PLAIN, isolated_env
 
@@ -77,8 +78,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--selection-only",
         action="store_true",
-        help="only the model selection section (MOP against task and data parallelism; "
-        "about 2 minutes, --quick about one)",
+        help="only the model selection and tuning section (MOP against task and data "
+        "parallelism, tune against its kept setting from the start; about 3.5 minutes, "
+        "--quick under 2)",
     )
     p.add_argument("--keep", action="store_true", help="keep the scratch folder, for debugging")
     p.add_argument(
@@ -134,8 +136,11 @@ def _training_only(args: argparse.Namespace, scratch: Path) -> int:
 
 
 def _selection(scratch: Path, env: dict[str, str], quick: bool) -> dict[str, object]:
-    """Model selection's section: MOP against task and data parallelism."""
-    return {"parallelism": selection_bench.bench(scratch, env, quick)}
+    """Model selection's section: MOP against task and data parallelism, then tune."""
+    return {
+        "parallelism": selection_bench.bench(scratch, env, quick),
+        "tune": tune_bench.bench(scratch, env, quick),
+    }
 
 
 def _selection_only(args: argparse.Namespace, scratch: Path) -> int:

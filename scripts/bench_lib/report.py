@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import tune_bench
 from tools import LFS, MGIT, PASSTHROUGH
 
 MIB = 1 << 20
@@ -494,13 +495,18 @@ def _storage_table(st: dict[str, Any]) -> str:
 
 
 def selection_table(data: dict[str, Any]) -> str:
-    """The model selection section's tables."""
-    return parallelism_table(data["parallelism"])
+    """The model selection section's tables: MOP's, then tune's."""
+    out = parallelism_table(data["parallelism"])
+    if "tune" in data:
+        out += "\n\n## tuning: git mgit tune against its kept rate from the start\n\n"
+        out += tune_bench.table(data["tune"])
+    return out
 
 
 def selection_targets(data: dict[str, Any]) -> list[Target]:
     """The model selection section's targets."""
-    return parallelism_targets(data["parallelism"])
+    tune = [Target(*t) for t in tune_bench.targets(data["tune"])] if "tune" in data else []
+    return parallelism_targets(data["parallelism"]) + tune
 
 
 def _per_approach(p: dict[str, Any]) -> dict[str, dict[str, float]]:

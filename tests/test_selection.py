@@ -6,7 +6,8 @@ weights are compared bit for bit with the same configuration trained in one
 process over the partitions in its recorded visit order; a worker is killed
 mid-run and the recorded schedule must still show every configuration on
 every partition exactly once per epoch. `hyperband.toml` runs Hyperband's
-two brackets for R = 3, eta = 3 and replays them.
+two brackets for R = 3, eta = 3 and replays them. Configurations that start
+from one model with a frozen layer share that layer's stored chunks with it.
 """
 
 from __future__ import annotations
@@ -185,6 +186,74 @@ def test_a_killed_worker_is_restarted_and_every_unit_runs_once(
         assert len(orders) == EPOCHS and len(c["history"]) == EPOCHS
         for order in orders:  # every partition exactly once per epoch
             assert sorted(order) == list(range(WORKERS)), (c["run"], orders)
+
+
+FROZEN = """\
+import torch
+import mop
+
+
+def optimizer(net: torch.nn.Module, config: dict) -> torch.optim.Optimizer:
+    net[0].requires_grad_(False)  # a frozen first layer: every configuration keeps the start's
+    return torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=config["lr"])
+"""
+FROZEN_SPACE = """\
+[select]
+model = "mop:model"
+optimizer = "frozen:optimizer"
+data = "mop:partition"
+train = "mop:train_unit"
+metric = "loss"
+goal = "min"
+epochs = 1
+start = "base"
+
+[space]
+lr = [0.01, 0.001]
+hidden = [32]
+batch_size = [64]
+"""
+
+
+def test_configurations_from_one_start_store_only_what_they_change(
+    workload: Path, tmp_path: Path
+) -> None:
+    """A frozen layer is the start's tensor in every configuration's checkpoint: the same
+    content-addressed chunks, stored once; the trained layer is new in each."""
+    from safetensors.torch import save_file
+
+    from git_mgit import manifest as mf
+
+    repo = working_copy(workload, tmp_path)
+    sys.path.insert(0, str(repo))
+    try:
+        import mop  # type: ignore[import-not-found]
+
+        torch.manual_seed(5)
+        save_file(mop.model({"hidden": 32}).state_dict(), str(repo / "base.safetensors"))
+    finally:
+        sys.path.remove(str(repo))
+        sys.modules.pop("mop", None)
+    (repo / "frozen.py").write_text(FROZEN)
+    (repo / "frozen.toml").write_text(FROZEN_SPACE)
+    run_git("add", "base.safetensors", "frozen.py", "frozen.toml", cwd=repo)
+    run_git("commit", "-q", "-m", "a start model and a frozen workload", cwd=repo)
+    run_git("mgit", "lineage", "add-node", "HEAD:base.safetensors", "--name", "base", cwd=repo)
+    finish(select(repo, "--name", "fz", space="frozen.toml"))
+
+    def chunks(rev: str) -> dict[str, tuple[str, ...]]:
+        blob = run_git("cat-file", "blob", rev, cwd=repo, text=False).stdout
+        return {n: tuple(map(bytes.hex, s.hashes)) for n, s in mf.parse(blob).tensors().items()}
+
+    base = chunks("HEAD:base.safetensors")
+    trained = [
+        chunks(f"runs/fz-c{i:02d}:checkpoints/fz-c{i:02d}/model.safetensors") for i in (0, 1)
+    ]
+    for names in trained:
+        assert names.keys() == base.keys()
+        assert all(names[n] == base[n] for n in ("0.weight", "0.bias"))  # stored once
+        assert names["3.weight"] != base["3.weight"]
+    assert trained[0]["3.weight"] != trained[1]["3.weight"]
 
 
 def _marks(schedule: dict) -> tuple[int, int, bool]:

@@ -8,7 +8,8 @@ started anew (a new generation, reading its partition again). At each
 epoch's end every configuration's hopped state is committed onto its branch
 `runs/NAME-cII` with the epoch's metrics and visit order (`Mgit-Visits`),
 through the same RunCommitter as `git mgit train`, so k configurations that
-start from one model store only what each changes. Under `--search
+start from one model store only what each changes; the commits run in a
+thread while the workers train the next epoch. Under `--search
 hyperband` the epoch's scheduler gets only the configurations still training
 (hyperband.py says which stop at a rung); a replay trains those its
 recorded schedule has an order for.
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,6 +170,8 @@ class Driver:
         self.threads = max(1, (os.cpu_count() or 1) // req.workers)
         self.workers = [Worker(w, self.scratch / f"worker-{w}.log") for w in range(req.workers)]
         self.events: list[str] = []
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix="git-mgit-select-commit")
+        self._pending: Future[None] | None = None
         self.attempts: dict[Unit, int] = {}
         self.visits: dict[tuple[int, int], list[int]] = {}
 
@@ -264,10 +268,12 @@ class Driver:
                 self._commit(epoch, active)
             for w in self.workers:
                 self._send(w, None)
+            self._wait_commits()
             for w in self.workers:
                 if w.process is not None:
                     w.process.wait(timeout=60)
         finally:
+            self._committer.shutdown(wait=True)  # never leave a commit half made
             for w in self.workers:
                 if w.process is not None and w.process.poll() is None:
                     w.process.kill()
@@ -351,20 +357,18 @@ class Driver:
         return self.plan.cut(epoch, scores, self.space.goal)
 
     def _commit(self, epoch: int, active: list[Config]) -> None:
-        """Every configuration's state at the epoch's end, onto its branch, with hyperband's
-        marks in its lineage node's schedule."""
+        """End the epoch: its metrics and hyperband's marks now, and every configuration's
+        state onto its branch in the background, while the workers train the next epoch.
+
+        The commits of the epoch before must be done first (in order, and any failure raised
+        here). A configuration's state at the epoch's end is kept by a hard link to its hop
+        file: the next unit replaces that file (a new inode), never the link's content.
+        """
+        self._wait_commits()
         metrics = {c.index: _epoch_metrics(c.units) for c in active}
         marks = self._marks(epoch, metrics)
+        jobs = []
         for c in active:
-            snapshot = hop.read(c.state)
-            snapshot.info = dataclasses.replace(
-                snapshot.info,
-                metrics=metrics[c.index],
-                code=self.code,
-                function=self.space.functions["train"],
-                start=c.committer.start.id if c.committer.start else None,
-                visits=self.visits[(c.index, epoch)],
-            )
             schedule = {
                 "selection": self.req.name,
                 "configuration": c.label,
@@ -373,11 +377,11 @@ class Driver:
                 "seed": self.req.seed,
                 **marks.get(c.index, {}),
             }
-            done = c.committer(snapshot, {"schedule": schedule})
             c.history.append(metrics[c.index])
-            c.commits.append(done.commit)
             c.bracket = schedule.get("bracket")
             c.stopped = epoch if schedule.get("stopped") else None
+            kept = _kept(c.state, self.scratch / "commit" / c.state.name)
+            jobs.append(_Job(c, kept, metrics[c.index], schedule))
         top = best(self.configs, self.space)
         said = (
             f"{top.label} {self.space.metric}={top.history[-1][self.space.metric]}"
@@ -386,7 +390,52 @@ class Driver:
         )
         cut = sum(1 for m in marks.values() if m.get("stopped"))
         stops = f", {cut} stopped by hyperband" if cut else ""
-        self.say(f"epoch {epoch}: {len(active)} configuration(s) committed{stops}; best {said}")
+        self.say(f"epoch {epoch}: {len(active)} configuration(s) trained{stops}; best {said}")
+        self._pending = self._committer.submit(self._commit_states, epoch, jobs)
+
+    def _commit_states(self, epoch: int, jobs: list[_Job]) -> None:
+        """The commit thread's work: each kept state onto its configuration's branch."""
+        for job in jobs:
+            c = job.config
+            snapshot = hop.read(job.kept)
+            snapshot.info = dataclasses.replace(
+                snapshot.info,
+                metrics=job.metrics,
+                code=self.code,
+                function=self.space.functions["train"],
+                start=c.committer.start.id if c.committer.start else None,
+                visits=job.schedule["visits"],
+            )
+            c.commits.append(c.committer(snapshot, {"schedule": job.schedule}).commit)
+            job.kept.unlink()
+        self.say(f"epoch {epoch}: {len(jobs)} configuration(s) committed")
+
+    def _wait_commits(self) -> None:
+        """Return once every epoch's commits are made; raise the first that failed."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One configuration's epoch-end state, waiting for the commit thread."""
+
+    config: Config
+    kept: Path  # a hard link to (or copy of) its hop file at the epoch's end
+    metrics: dict[str, float | str]
+    schedule: dict[str, Any]
+
+
+def _kept(state: Path, where: Path) -> Path:
+    """A name for the hop file's content now, which a later replace of `state` leaves alone."""
+    where.parent.mkdir(exist_ok=True)
+    where.unlink(missing_ok=True)
+    try:
+        os.link(state, where)
+    except OSError:  # a file system without hard links
+        shutil.copyfile(state, where)
+    return where
 
 
 def _epoch_metrics(units: list[dict[str, float | str]]) -> dict[str, float | str]:

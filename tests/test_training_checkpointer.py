@@ -164,6 +164,16 @@ def test_fit_checkpoints_every_n_steps_and_each_epoch_end() -> None:
     assert all(isinstance(p.global_step, int) for p in got)
 
 
+def steps(ckpt: Checkpointer, model, optimizer, iterations: int) -> None:
+    """A loop of tiny iterations calling step() after each, then close()."""
+    x = torch.randn(8, 4)
+    for _ in range(iterations):
+        model(x).sum().backward()
+        optimizer.step()
+        ckpt.step()
+    ckpt.close()
+
+
 def test_adaptive_mode_backs_off_when_checkpoints_cost_more_than_steps() -> None:
     model, optimizer = model_and_optimizer()
     times: list[int] = []
@@ -173,12 +183,7 @@ def test_adaptive_mode_backs_off_when_checkpoints_cost_more_than_steps() -> None
         times.append(snapshot.info.position.global_step)
 
     ckpt = checkpointer(model, optimizer, slow, mode="adaptive")
-    x = torch.randn(8, 4)
-    for _ in range(300):
-        model(x).sum().backward()
-        optimizer.step()
-        ckpt.step()
-    ckpt.close()
+    steps(ckpt, model, optimizer, 300)
     assert times[0] == 1  # the first iteration is checkpointed, to measure M
     assert ckpt.period.k == len(times) < 100  # then far from every iteration
 
@@ -187,23 +192,18 @@ def test_adaptive_mode_decides_only_once_the_commit_before_is_done() -> None:
     """A commit's cost to the loop is known only when it ends: no checkpoint is taken (or
     waited for) while one is still committing."""
     model, optimizer = model_and_optimizer()
-    steps: list[int] = []
+    taken: list[int] = []
     ended: list[int] = []  # the loop's iteration count when each commit ended
 
     def slow(snapshot: Snapshot) -> None:
-        steps.append(snapshot.info.position.global_step)
+        taken.append(snapshot.info.position.global_step)
         time.sleep(0.02)
         ended.append(ckpt.period.n)
 
     ckpt = checkpointer(model, optimizer, slow, mode="adaptive", eps=0.9)
-    x = torch.randn(8, 4)
-    for _ in range(200):
-        model(x).sum().backward()
-        optimizer.step()
-        ckpt.step()
-    ckpt.close()
-    assert len(steps) > 2
-    assert all(later > end for later, end in zip(steps[1:], ended, strict=False))
+    steps(ckpt, model, optimizer, 200)
+    assert len(taken) > 2
+    assert all(later > end for later, end in zip(taken[1:], ended, strict=False))
     assert ckpt.period.overlapped_n > 0  # the iterations beside a commit were told apart
 
 

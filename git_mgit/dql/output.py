@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from git_mgit.columns import aligned
 from git_mgit.dql.values import ID, SHAPE, TIME
 
 
@@ -35,10 +36,7 @@ class Result:
         """Aligned columns with a header line; '-' where a value is missing."""
         labels = [label for label, _ in self.columns]
         cells = [[_cell(row.get(label), kind) for label, kind in self.columns] for row in self.rows]
-        widths = [max([len(label), *(len(r[i]) for r in cells)]) for i, label in enumerate(labels)]
-        lines = ["  ".join(label.ljust(w) for label, w in zip(labels, widths, strict=True))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
-        return "\n".join(line.rstrip() for line in lines)
+        return "\n".join(aligned([labels, *cells]))
 
     def to_json(self) -> str:
         rows = [

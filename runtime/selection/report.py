@@ -5,12 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from git_mgit.columns import aligned, cell
 from git_mgit.runtime.selection.driver import Config, Outcome
 from git_mgit.runtime.training import layout
-
-
-def _value(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def _hyperband(c: Config) -> list[str]:
@@ -40,17 +37,16 @@ def table(out: Outcome) -> str:
             [
                 "*" if c is best else "",
                 c.label,
-                *(_value(c.values.get(n, "")) for n in names),
-                *(_value(h.get(metric, "")) for h in c.history),
+                *(cell(c.values.get(n, "")) for n in names),
+                *(cell(h.get(metric, "")) for h in c.history),
                 *["-"] * (epochs - len(c.history)),
                 *(_hyperband(c) if hyper else []),
                 layout.branch(c.run),
             ]
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines = aligned(rows)
     lines.append(
-        f"best: {best.label} ({layout.branch(best.run)}) {metric}={_value(best.history[-1][metric])}"
+        f"best: {best.label} ({layout.branch(best.run)}) {metric}={cell(best.history[-1][metric])}"
     )
     return "\n".join(lines)
 

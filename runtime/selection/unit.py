@@ -11,17 +11,15 @@ model's weights.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
 from safetensors.torch import load_file
 
 from git_mgit.runtime.selection import hop
+from git_mgit.runtime.training import rng
 from git_mgit.runtime.training.layout import Info, Position, metric_values
 
 
@@ -42,9 +40,7 @@ class Task:
 
 def run(task: Task, fns: dict[str, Callable], data: Any) -> dict[str, float | str]:
     """Train the unit and hop the state out; returns the unit's metrics."""
-    torch.manual_seed(task.seed)  # a first unit's generators; later units restore theirs
-    np.random.seed(task.seed % 2**32)
-    random.seed(task.seed)
+    rng.seed(task.seed)  # a first unit's generators; later units restore theirs
     model = fns["model"](task.config)
     optimizer = fns["optimizer"](model, task.config)
     path = Path(task.state)

@@ -20,6 +20,13 @@ import torch
 Tensors = dict[str, torch.Tensor]
 
 
+def seed(value: int) -> None:
+    """Seed torch, numpy's global generator and Python's `random` from one number."""
+    torch.manual_seed(value)
+    np.random.seed(value % 2**32)
+    random.seed(value)
+
+
 def capture() -> tuple[dict[str, Any], Tensors]:
     """(JSON fields, tensors) of every generator of this process, taken now."""
     tensors: Tensors = {"torch": torch.get_rng_state()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from git_mgit.columns import aligned
 from git_mgit.runtime.training import layout
 from git_mgit.runtime.tuning.searcher import describe
 from git_mgit.runtime.tuning.tuner import Outcome, Trial
@@ -28,10 +29,7 @@ def table(out: Outcome) -> str:
     rows = [["", "round", "trial", "setting", "label", "speed", "clocks"]]
     for r in out.rounds:
         rows += [_row(r.index, t, t is r.kept) for t in r.trials]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
+    lines = aligned(rows)
     for r in out.rounds:
         kept = (
             f"kept t{r.kept.index} {describe(r.kept.branch.tunables)}"

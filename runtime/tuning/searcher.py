@@ -12,6 +12,7 @@ import itertools
 import random
 from typing import Any
 
+from git_mgit.columns import cell
 from git_mgit.runtime import searchspace
 from git_mgit.runtime.tuning.tunables import Plan
 
@@ -37,8 +38,4 @@ def _value(spec: Any, rng: random.Random) -> Any:
 
 def describe(setting: dict[str, Any]) -> str:
     """`lr=0.01 momentum=0.9`: a setting as progress lines, tables and commit trailers show it."""
-    return " ".join(f"{k}={_short(v)}" for k, v in sorted(setting.items()))
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return " ".join(f"{k}={cell(v)}" for k, v in sorted(setting.items()))

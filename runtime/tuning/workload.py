@@ -8,13 +8,10 @@ its return value is the progress MLtuner summarizes.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from git_mgit.errors import MgitError
 from git_mgit.runtime import callables
@@ -50,10 +47,10 @@ def load(ref: str, root: Path, seed: int) -> Workload:
     """Seed every generator, then call the user's `module:fn` and check what it returned."""
     import torch
 
+    from git_mgit.runtime.training import rng
+
     fn = callables.load(ref, root)
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
+    rng.seed(seed)
     found = fn()
     if not isinstance(found, Workload):
         raise TuneError(

@@ -103,7 +103,7 @@ def train(spec: dict, run: str, mode: str, out: Path) -> None:
     """
     from torch.utils.data import DataLoader, TensorDataset
 
-    from git_mgit.runtime.training import open_run
+    from git_mgit.runtime.training import fit, open_run
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(spec["seed"])
@@ -120,16 +120,16 @@ def train(spec: dict, run: str, mode: str, out: Path) -> None:
     ckpt = open_run(
         model, opt, sched, run=run, repo=".", mode=mode, every=every, eps=spec["eps"], config=spec
     )
+
+    def train_step(batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
+        loss = torch.nn.functional.cross_entropy(model(batch[0]), batch[1])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return {"loss": loss}
+
     start = time.perf_counter()
-    for _ in ckpt.epochs(spec["epochs"]):
-        for xb, yb in ckpt.batches(loader):
-            loss = torch.nn.functional.cross_entropy(model(xb), yb)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            ckpt.step({"loss": loss})
-        sched.step()
-        ckpt.save()
+    fit(ckpt, loader, train_step, spec["epochs"], lambda _: sched.step())
     loop_s = time.perf_counter() - start
     ckpt.close()
     period = ckpt.period

@@ -38,6 +38,8 @@ from pathlib import Path
 from phases import log
 from tools import MGIT, BenchRepo, isolated_env
 
+from git_mgit.columns import aligned
+
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "tuning.md"
 RUNS = {
     "tune": "tune",
@@ -145,8 +147,7 @@ def table(result: dict) -> str:
     rows = [[*head, "overhead", "test_loss", "accuracy", "round 1 trial times"]]
     start = statistics.median(runs["start"]["wall_s"])
     rows += [_row(RUNS[k], runs[k], start) for k in RUNS]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines = aligned(rows)
     sweep = result["sweep"]
     best = min(sweep, key=lambda lr: _finite(sweep[lr]["test_loss"]))
     lines.append(

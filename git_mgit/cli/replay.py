@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from git_mgit.columns import aligned
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 
@@ -166,11 +167,7 @@ def _show(report: Report) -> None:
             replayed = "identical" if not e.differences else "DIFFERS: " + _metrics(e.replayed[1])
         step = e.replayed[0].global_step if e.replayed else ""
         rows.append((str(e.epoch), str(step), recorded, replayed))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    for r in rows:
-        out.write(
-            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[3] + "\n"
-        )
+    out.write("".join(line + "\n" for line in aligned(rows)))
     times = [w.seconds for w in report.workers]
     same = (
         "every epoch identical to the recording"

@@ -164,6 +164,37 @@ def test_fit_checkpoints_every_n_steps_and_each_epoch_end() -> None:
     assert all(isinstance(p.global_step, int) for p in got)
 
 
+def test_an_every_n_checkpoint_on_an_epochs_last_batch_is_the_epoch_end_save() -> None:
+    """The loader has 8 batches and every=4: the 8th batch's checkpoint would hold the same
+    weights as the save() right after it, so that save takes it and restarts the count."""
+    model, optimizer = model_and_optimizer()
+    got: list[Position] = []
+    ckpt = checkpointer(
+        model, optimizer, lambda s: got.append(s.info.position), mode="sync", every=4
+    )
+    fit(ckpt, loader(), step_fn(model, optimizer), epochs=2)
+    assert [(p.epoch, p.step, p.end_of_epoch) for p in got] == [
+        (0, 4, False),
+        (0, 8, True),
+        (1, 4, False),
+        (1, 8, True),
+    ]
+
+
+def test_a_deferred_checkpoint_is_taken_by_the_next_step_when_no_save_ends_the_epoch() -> None:
+    model, optimizer = model_and_optimizer()
+    got: list[Position] = []
+    ckpt = checkpointer(
+        model, optimizer, lambda s: got.append(s.info.position), mode="sync", every=4
+    )
+    train_step = step_fn(model, optimizer)
+    for _ in ckpt.epochs(2):
+        for batch in ckpt.batches(loader()):
+            ckpt.step(train_step(batch))
+    ckpt.close()
+    assert [(p.epoch, p.step, p.global_step) for p in got] == [(0, 4, 4), (1, 1, 9), (1, 5, 13)]
+
+
 def steps(ckpt: Checkpointer, model, optimizer, iterations: int) -> None:
     """A loop of tiny iterations calling step() after each, then close()."""
     x = torch.randn(8, 4)

@@ -95,6 +95,7 @@ class Checkpointer:
         self.period = AdaptivePeriod(eps, restore_ratio)
         self._due = 1 if mode == "adaptive" else (every or 0)
         self._epoch_done = False
+        self._epoch_len: int | None = None  # batches in the current epoch, when the loader says
         self._rng_epoch: tuple[dict, dict] | None = None
         self._restored: Restored | None = None
         self._skip = 0  # batches of the current epoch a resumed run has already done
@@ -173,6 +174,7 @@ class Checkpointer:
         if skip and restored is not None:
             rng.restore(*restored.rng)
         self._skip, self._restored = 0, None
+        self._epoch_len = _length(loader)
         self._last = time.perf_counter()
         yield from it
         self._epoch_done = True
@@ -185,6 +187,7 @@ class Checkpointer:
                 pos, epoch=pos.epoch + 1, step=0, end_of_epoch=False
             )
             self._epoch_done = False
+            self._epoch_len = None
 
     # -- checkpoints ----------------------------------------------------------------------------
 
@@ -211,8 +214,14 @@ class Checkpointer:
             self._due = distributed.broadcast_int(due, self.world)
             if self._due > self.period.n:
                 return False
+        if self._ends_epoch():  # the save() that ends the epoch takes it, or else the next step()
+            return False
         self._checkpoint(False)
         return True
+
+    def _ends_epoch(self) -> bool:
+        """Whether the iteration just done was the last batch of batches()' epoch."""
+        return self._epoch_len is not None and self.position.step >= self._epoch_len
 
     def save(
         self,
@@ -267,7 +276,8 @@ class Checkpointer:
         if self.mode == "adaptive":  # the next decision, no sooner than the rule allows now
             due = self.period.next_due() if self.world.writer else 0
             self._due = distributed.broadcast_int(due, self.world)
-        elif self.every and not explicit:
+        elif self.every and (not explicit or self.period.n >= self._due):
+            # A save() that took a due checkpoint (see step()) restarts the count.
             self._due = self.period.n + self.every
 
     def _gather_rng(self) -> tuple[list, list | None]:
@@ -315,6 +325,14 @@ def _spare_cores(model: torch.nn.Module) -> int | None:
     if device.type != "cpu":
         return None
     return max(1, (os.cpu_count() or 1) - torch.get_num_threads())
+
+
+def _length(loader: Iterable) -> int | None:
+    """The loader's number of batches, or None (a generator, or an iterable dataset's loader)."""
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def _prefixed(prefix: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -12,9 +12,10 @@ import sys
 import threading
 from typing import BinaryIO
 
+from functools import cached_property
+
 from git_mgit import config
 from git_mgit import manifest as mf
-from git_mgit.clean import clean
 from git_mgit.errors import MgitError
 from git_mgit.filters.process import ContentSink, Delayed
 from git_mgit.gitcmd import GitError, Repo
@@ -26,17 +27,19 @@ class MgitFilter:
     def __init__(self, repo: Repo) -> None:
         self.repo = repo
         # Off the path to git's first answer: the codecs' imports (zstd, blake3),
-        # and the set-up a fresh clone needs (refspecs, hooks), which imports
-        # the transport code and runs git config. close() waits for it.
+        # and the set-up a fresh clone needs (refspecs, hooks). The set-up waits
+        # until the first file streams: its imports and git calls would hold the
+        # GIL while the first answer is computed. close() waits for it.
+        self._streaming = threading.Event()
         self._warm_up = threading.Thread(target=self._prepare, name="mgit-warm-up")
         self._warm_up.start()
-        self.settings = config.load(repo)
         self.store = ChunkStore(repo)
         self.delayed: dict[str, mf.Manifest] = {}
         self._fetched = False
 
     def _prepare(self) -> None:
         importlib.import_module("git_mgit.codecs.codec")  # and the decoder, which it imports
+        self._streaming.wait()
         try:
             from git_mgit import setup
 
@@ -44,20 +47,36 @@ class MgitFilter:
         except MgitError as exc:  # a hook problem must never block add or checkout
             print(f"git-mgit: warning: setting up the repository failed: {exc}", file=sys.stderr)
 
+    @cached_property
+    def settings(self) -> config.Settings:
+        """Read at the first clean: a checkout needs none of them (one `git config` less)."""
+        return config.load(self.repo)
+
     def clean(self, pathname: str, src: BinaryIO) -> bytes:
+        from git_mgit.clean import clean  # the clean path's modules: not needed to check out
+
+        self._streaming.set()
         return clean(src, pathname, self.store, self.settings)
 
     def smudge(self, pathname: str, data: bytes, sink: ContentSink, can_delay: bool) -> None:
-        m = self.delayed.pop(pathname, None) or parse_or_none(data, pathname)
-        if m is None:
-            sink.write(data)
-            return
-        if missing_chunks(m, self.store):
-            if can_delay:
-                self.delayed[pathname] = m
-                raise Delayed(pathname)
-            self._fetch()
-        smudge(m, pathname, self.store, sink.write)
+        try:
+            m = self.delayed.pop(pathname, None) or parse_or_none(data, pathname)
+            if m is None:
+                sink.write(data)
+                return
+            if missing_chunks(m, self.store):
+                if can_delay:
+                    self.delayed[pathname] = m
+                    raise Delayed(pathname)
+                self._fetch()
+
+            def write(block: memoryview | bytes) -> None:
+                sink.write(block)
+                self._streaming.set()
+
+            smudge(m, pathname, self.store, write)
+        finally:
+            self._streaming.set()
 
     def list_available(self) -> list[str]:
         """Fetch once for every delayed path; hand all of them back.
@@ -88,5 +107,6 @@ class MgitFilter:
         self.store.invalidate()
 
     def close(self) -> None:
+        self._streaming.set()
         self._warm_up.join()
         self.store.close()

@@ -15,15 +15,14 @@ from typing import TYPE_CHECKING
 from git_mgit import codecs, hashing
 from git_mgit.errors import ObjectCorrupt, ObjectMissing
 from git_mgit.gitcmd import Repo
-from git_mgit.store import anchors
 from git_mgit.store.lookup import LookupCache
 from git_mgit.store.packreader import PackReader
-from git_mgit.store.packwriter import PackWriter
 from git_mgit.store.reader import ObjectReader
 
 if TYPE_CHECKING:  # the codecs import zstandard and blake3: only when a chunk is read
     from git_mgit.codecs.decoder import ChunkDecoder, Level, Source
     from git_mgit.codecs.planes import Buffer
+    from git_mgit.store.packwriter import PackWriter
 
 
 class ChunkStore:
@@ -61,6 +60,8 @@ class ChunkStore:
     # -- writing --------------------------------------------------------------
     def put(self, content_hash: bytes, encoded: codecs.Encoded) -> None:
         if self._pack is None:
+            from git_mgit.store.packwriter import PackWriter  # writing only: not on checkout's path
+
             self._pack = PackWriter(self.repo.objects_dir)
         oid = self._pack.add("blob", encoded.parts)
         self._pending[content_hash] = (oid, encoded.size)
@@ -73,6 +74,8 @@ class ChunkStore:
         if pack is None:
             return
         self._pack, self._pending = None, {}
+        from git_mgit.store import anchors
+
         try:
             commit = anchors.write_anchor(pack, [(h, oid) for h, (oid, _) in pending.items()])
             pack.finish()

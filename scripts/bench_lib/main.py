@@ -59,6 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="git config mgit.chunkSize for the bench repositories (default: git-mgit's, 64 MiB)",
     )
     p.add_argument(
+        "--core-only",
+        action="store_true",
+        help="only the storage core sections: the fp32 and bf16 files, the memory check "
+        "and the checkpoint series (about 15 minutes)",
+    )
+    p.add_argument(
         "--lineage-only",
         action="store_true",
         help="only the lineage graph and model query sections (10,000 versions each; "
@@ -209,13 +215,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
         )
         series[label] = result
     results["series"] = series
-    results["lineage"] = lineage_graph.bench(scratch, ctx.env)
-    results["query"] = query_bench.bench(scratch, ctx.env)
-    results["planning"] = planning.bench(
-        ctx, data / "planning", args.out.parent, args.checkpoints, *_family_size(args)
-    )
-    results["checkpointing"] = _training(scratch, ctx.env, args.quick)
-    results["selection"] = _selection(scratch, ctx.env, args.quick)
+    if not args.core_only:
+        _later_sections(args, ctx, data, results)
 
     chunk = rss["tools"][MGIT]["chunk_size"]  # type: ignore[index]
     results["settings"] = {
@@ -228,6 +229,20 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
         "checkpoints": args.checkpoints,
     }
     return results
+
+
+def _later_sections(
+    args: argparse.Namespace, ctx: Context, data: Path, results: dict[str, object]
+) -> None:
+    """Every section after the storage core: lineage, queries, planning, training, selection."""
+    scratch = ctx.scratch
+    results["lineage"] = lineage_graph.bench(scratch, ctx.env)
+    results["query"] = query_bench.bench(scratch, ctx.env)
+    results["planning"] = planning.bench(
+        ctx, data / "planning", args.out.parent, args.checkpoints, *_family_size(args)
+    )
+    results["checkpointing"] = _training(scratch, ctx.env, args.quick)
+    results["selection"] = _selection(scratch, ctx.env, args.quick)
 
 
 def main(argv: list[str] | None = None) -> int:

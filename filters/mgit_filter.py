@@ -10,9 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
-from typing import BinaryIO
-
 from functools import cached_property
+from typing import BinaryIO
 
 from git_mgit import config
 from git_mgit import manifest as mf

@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import BinaryIO, Protocol
 
-from git_mgit import codecs, hashing
+from git_mgit import codecs, hashing, malloc
 from git_mgit import manifest as mf
 from git_mgit.config import Settings
 from git_mgit.errors import MgitError, NotSafetensors
@@ -78,24 +78,27 @@ class ManifestBuilder:
         self.segments: list[mf.Segment] = []
         self.previous = previous.tensors() if previous else {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgit-encode")
-        self._buffers: list[bytearray] = []
+        self._buffers: list[memoryview | None] = [None, None]
         self._busy: list[Future | None] = [None, None]
-        self._turn = 0
         self._submitted: set[bytes] = set()
 
     def _buffer(self, size: int) -> tuple[int, memoryview]:
-        """A free buffer of at least `size` bytes (waits for its previous job)."""
-        i = self._turn
-        self._turn ^= 1
+        """`size` bytes of a chunk buffer no encode job is reading (waits if both are busy).
+
+        The first idle buffer is taken, so a file whose chunks are all stored
+        already (re-added unchanged) touches the pages of one buffer, not two.
+        """
+        if all(job is not None and not job.done() for job in self._busy):
+            wait(self._busy, return_when=FIRST_COMPLETED)  # type: ignore[arg-type]
+        i = next(i for i, job in enumerate(self._busy) if job is None or job.done())
         job = self._busy[i]
         if job is not None:
-            job.result()
             self._busy[i] = None
-        if len(self._buffers) <= i:
-            self._buffers.append(bytearray(size))
-        elif len(self._buffers[i]) < size:
-            self._buffers[i] = bytearray(size)
-        return i, memoryview(self._buffers[i])[:size]
+            job.result()  # an encoding error surfaces here
+        buffer = self._buffers[i]
+        if buffer is None:
+            buffer = self._buffers[i] = malloc.take_buffer(self.settings.chunk_size)
+        return i, buffer[:size]
 
     def _store(self, slot: int, view: memoryview, dtype: str, base: bytes | None) -> bytes:
         h = hashing.digest(view)
@@ -128,8 +131,8 @@ class ManifestBuilder:
         start = self.end
         hashes, length, pending = [], 0, memoryview(data)
         chunk = self.settings.chunk_size
-        while True:  # a header alone needs no chunk-sized buffer (zeroing 64 MiB is not free)
-            slot, buf = self._buffer(chunk if src is not None else min(chunk, len(pending) or 1))
+        while True:
+            slot, buf = self._buffer(chunk)
             n = min(len(pending), len(buf))
             buf[:n] = pending[:n]
             pending = pending[n:]
@@ -174,6 +177,10 @@ class ManifestBuilder:
             if job is not None:
                 job.result()
         self._pool.shutdown()
+        for buffer in self._buffers:
+            if buffer is not None:
+                malloc.give_buffer(buffer)
+        self._buffers = [None, None]
         self.store.flush()
         size = sum(s.length for s in self.segments)
         return mf.Manifest(kind, size, self.settings.chunk_size, self.segments)

@@ -4,8 +4,9 @@ gitprotocol-common(5): a packet is four hex digits giving its total length
 (the four digits included) followed by the payload; "0000" is a flush packet;
 the payload is at most 65516 bytes. Clean receives multi-GB checkpoints and
 smudge produces them, so the bulk of the content is read with os.readv
-straight into the caller's buffer and written with os.writev straight from
-it: the bulk of the payload is never copied in user space.
+straight into the caller's buffer, a pipe's worth of packets per call (their
+headers into scratch slots), and written with os.writev straight from it:
+the bulk of the payload is never copied in user space.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ READ_BUFFER_SIZE = 1 << 16
 PIPE_SIZE = 1 << 20
 # iovecs per writev: Linux's UIO_MAXIOV, i.e. 512 full packets (32 MiB) a call.
 IOV_BATCH = 1024
+# Full packets asked for by one readv of content: what PIPE_SIZE holds.
+RUN_PACKETS = PIPE_SIZE // MAX_PACKET
 # Chunk size for reading a whole content or skipping it.
 _SCRATCH_SIZE = 1 << 20
 
@@ -89,6 +92,10 @@ class PktReader:
         self._view = memoryview(self._buf)
         self._pos = 0
         self._end = 0
+
+    def _direct(self) -> bool:
+        """Whether the next read goes straight to the source with readv (nothing buffered)."""
+        return self._fd is not None and self._pos == self._end
 
     def _read_raw(self, bufs: list[memoryview]) -> int:
         """One read from the source, scattered over bufs (only the first without readv)."""
@@ -165,6 +172,16 @@ class PktReader:
             got += taken
             self._end = n - taken
 
+    def _unread(self, data: bytes) -> None:
+        """Put bytes read past where the caller wanted back in front of the buffered input."""
+        rest = self._view[self._pos : self._end].tobytes()
+        if len(data) + len(rest) > len(self._buf):
+            self._buf = bytearray(len(data) + len(rest))
+            self._view = memoryview(self._buf)
+        self._buf[: len(data)] = data
+        self._buf[len(data) : len(data) + len(rest)] = rest
+        self._pos, self._end = 0, len(data) + len(rest)
+
     def read_packet(self) -> bytes | None:
         """The next packet's payload; None for a flush packet. EOFError at end of input."""
         size = self._read_header()
@@ -210,6 +227,7 @@ class PktContent(io.RawIOBase):
         self._reader = reader
         self._left = 0  # payload bytes of the current packet not read yet
         self._done = False
+        self._headers = memoryview(bytearray(4 * (RUN_PACKETS + 1)))
 
     def readable(self) -> bool:
         return True
@@ -221,12 +239,69 @@ class PktContent(io.RawIOBase):
                 if self._left == 0:
                     self._start_packet()
                     continue
-                n = min(self._left, len(dest) - got)
+                room = len(dest) - got
+                if self._left + 4 + MAX_PAYLOAD <= room and self._reader._direct():
+                    got += self._read_run(dest[got:])
+                    continue
+                n = min(self._left, room)
                 self._left -= n
                 # At the end of a packet, fetch the next header with the same syscall.
                 self._reader._readinto_exact(dest[got : got + n], then=0 if self._left else 4)
                 got += n
             return got
+
+    def _read_run(self, dest: memoryview) -> int:
+        """One readv for the rest of this packet and the full packets that should follow.
+
+        git sends content in full packets, so each following payload is read
+        straight to where it belongs, with its header into a scratch slot. A
+        header that says otherwise (a short packet, the flush packet) is
+        handled after the read: the bytes past that packet's end go back to
+        the reader's buffer. Returns the payload bytes placed in dest.
+        """
+        pieces = [dest[: self._left]]
+        at = self._left
+        for k in range(RUN_PACKETS + 1):  # payloads at even indices, headers at odd ones
+            pieces.append(self._headers[4 * k : 4 * k + 4])  # ends with the next header
+            if k == RUN_PACKETS or at + MAX_PAYLOAD > len(dest):
+                break
+            pieces.append(dest[at : at + MAX_PAYLOAD])
+            at += MAX_PAYLOAD
+        n = self._reader._read_raw(pieces)
+        if n == 0:
+            raise ProtocolError("input ends inside a pkt-line")
+        placed = 0
+        for i, piece in enumerate(pieces):
+            take = min(n, len(piece))
+            n -= take
+            if i % 2 == 0:  # a payload slot
+                placed += take
+                self._left -= take
+                if take < len(piece) or n == 0:
+                    return placed
+                continue
+            if take < 4:  # a header cut short: the next read finishes it
+                self._reader._unread(piece[:take].tobytes())
+                return placed
+            self._reader._unread(piece.tobytes())
+            self._start_packet()
+            if self._left == MAX_PAYLOAD and not self._done:
+                continue  # a full packet: its payload slot is next
+            # A short packet or the flush packet: what was read past it goes back.
+            body = pieces[i + 1][: min(n, len(pieces[i + 1]))] if i + 1 < len(pieces) else b""
+            keep = min(len(body), self._left)
+            placed += keep
+            self._left -= keep
+            n -= len(body)
+            spill = [bytes(body[keep:])]
+            for rest in pieces[i + 2 :]:
+                if n <= 0:
+                    break
+                spill.append(rest[: min(n, len(rest))].tobytes())
+                n -= len(rest)
+            self._reader._unread(b"".join(spill))
+            return placed
+        return placed
 
     def _start_packet(self) -> None:
         try:

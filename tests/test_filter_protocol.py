@@ -14,6 +14,7 @@ import random
 import shlex
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import BinaryIO
 
@@ -205,9 +206,12 @@ def test_bulk_content_is_read_straight_into_the_callers_buffer(
 
     def counting_readv(fd: int, bufs: list[memoryview]) -> int:
         nonlocal direct
-        n = real_readv(fd, bufs)
-        if bufs[0].obj is dest:
-            direct += min(n, len(bufs[0]))
+        n = left = real_readv(fd, bufs)
+        for buf in bufs:  # payloads straight into dest, headers into scratch slots
+            take = min(left, len(buf))
+            left -= take
+            if buf.obj is dest:
+                direct += take
         return n
 
     monkeypatch.setattr(pktline.os, "readv", counting_readv)
@@ -229,6 +233,79 @@ def test_bulk_content_is_read_straight_into_the_callers_buffer(
         os.close(write_fd)
     # At most what arrived with the request's header in one pipe read is copied.
     assert direct >= len(payload) - 65536
+
+
+def test_full_packets_are_read_many_per_syscall(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git sends content in full packets: one readv takes up to a pipe's worth of them."""
+    payload = random.Random(5).randbytes(40 * MAX_PAYLOAD + 123)
+    packets = [payload[i : i + MAX_PAYLOAD] for i in range(0, len(payload), MAX_PAYLOAD)]
+    path = tmp_path / "in"
+    path.write_bytes(b"".join(map(pkt, packets)) + b"0000" + text_list("next=1"))
+    calls = 0
+    real_readv = os.readv
+
+    def counting_readv(fd: int, bufs: list[memoryview]) -> int:
+        nonlocal calls
+        calls += 1
+        return real_readv(fd, bufs)
+
+    monkeypatch.setattr(pktline.os, "readv", counting_readv)
+    dest = bytearray(len(payload) + MAX_PAYLOAD)
+    with path.open("rb") as f:
+        reader = PktReader(f.fileno())
+        content = reader.content()
+        assert content.readinto(dest) == len(payload)
+        assert dest[: len(payload)] == payload
+        assert content.read() == b""
+        assert reader.read_text_list() == ["next=1"]  # what was read past the flush is kept
+    # The first header, then runs of 17 packets (41 packets, the last one short).
+    assert calls <= 5, f"{calls} reads for {len(packets)} packets"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_content_through_a_pipe_in_ragged_writes_reads_back_exactly(seed: int) -> None:
+    """Short packets mid-content, headers split across reads, caller buffers of any size:
+    runs of full packets read in one readv must still put every byte in order."""
+    rng = random.Random(seed)
+    pieces = _random_pieces(rng)
+    expected = b"".join(pieces)
+    packets = [p[i : i + MAX_PAYLOAD] for p in pieces for i in range(0, len(p), MAX_PAYLOAD)]
+    stream = b"".join(map(pkt, packets)) + b"0000" + text_list("next=1")
+    starts = [0]
+    for packet in packets:
+        starts.append(starts[-1] + 4 + len(packet))
+    # Cut inside every packet header, and anywhere else.
+    cuts = {start + rng.randrange(1, 4) for start in starts}
+    cuts |= set(rng.sample(range(1, len(stream)), 100))
+    cuts = sorted(cut for cut in cuts if 0 < cut < len(stream))
+    parts = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    read_fd, write_fd = os.pipe()
+
+    def play_git() -> None:
+        for part in parts:
+            os.write(write_fd, part)
+            time.sleep(0.0005)  # the reader mostly drains the pipe up to each cut
+        os.close(write_fd)  # a reader out of step then fails at the end instead of waiting
+
+    writer = threading.Thread(target=play_git)
+    writer.start()
+    try:
+        reader = PktReader(read_fd)
+        content = reader.content()
+        got = bytearray()
+        while True:
+            buf = bytearray(rng.choice([1, 4, MAX_PAYLOAD, 3 * MAX_PAYLOAD + 7, 1 << 20, 5 << 20]))
+            n = content.readinto(buf)
+            if not n:
+                break
+            got += buf[:n]
+        assert got == expected
+        assert reader.read_text_list() == ["next=1"]
+    finally:
+        os.close(read_fd)  # a writer blocked on a full pipe gets EPIPE and ends
+        writer.join()
 
 
 # -- the server, driven in-process -----------------------------------------------

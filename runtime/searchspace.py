@@ -33,6 +33,17 @@ def read_toml(path: Path, error: type[MgitError], doc: str) -> dict[str, Any]:
         raise error(f"{path}: not TOML: {exc}") from None
 
 
+def read_table(
+    path: Path, name: str, error: type[MgitError], doc: str, needs: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The file's tables and its required [name] table; `needs` says what that table holds."""
+    body = read_toml(path, error, doc)
+    table = body.get(name)
+    if not isinstance(table, dict):
+        raise error(f"{path}: needs a [{name}] table {needs}")
+    return body, table
+
+
 def check(where: str, spec: Any, error: type[MgitError]) -> Any:
     """`spec` if it is a distribution; else `error` saying what one looks like."""
     if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in KINDS:

@@ -145,12 +145,20 @@ def test_off_mode_tracks_the_position_and_commits_nothing() -> None:
     assert ckpt.commits == []
 
 
-def test_fit_checkpoints_every_n_steps_and_each_epoch_end() -> None:
+def recording(
+    every: int,
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, Checkpointer, list[Position]]:
+    """A sync checkpointer every `every` steps whose commits record their positions in order."""
     model, optimizer = model_and_optimizer()
     got: list[Position] = []
     ckpt = checkpointer(
-        model, optimizer, lambda s: got.append(s.info.position), mode="sync", every=3
+        model, optimizer, lambda s: got.append(s.info.position), mode="sync", every=every
     )
+    return model, optimizer, ckpt, got
+
+
+def test_fit_checkpoints_every_n_steps_and_each_epoch_end() -> None:
+    model, optimizer, ckpt, got = recording(every=3)
     fit(ckpt, loader(), step_fn(model, optimizer), epochs=2)
     assert [(p.epoch, p.step, p.end_of_epoch) for p in got] == [
         (0, 3, False),
@@ -167,11 +175,7 @@ def test_fit_checkpoints_every_n_steps_and_each_epoch_end() -> None:
 def test_an_every_n_checkpoint_on_an_epochs_last_batch_is_the_epoch_end_save() -> None:
     """The loader has 8 batches and every=4: the 8th batch's checkpoint would hold the same
     weights as the save() right after it, so that save takes it and restarts the count."""
-    model, optimizer = model_and_optimizer()
-    got: list[Position] = []
-    ckpt = checkpointer(
-        model, optimizer, lambda s: got.append(s.info.position), mode="sync", every=4
-    )
+    model, optimizer, ckpt, got = recording(every=4)
     fit(ckpt, loader(), step_fn(model, optimizer), epochs=2)
     assert [(p.epoch, p.step, p.end_of_epoch) for p in got] == [
         (0, 4, False),
@@ -182,11 +186,7 @@ def test_an_every_n_checkpoint_on_an_epochs_last_batch_is_the_epoch_end_save() -
 
 
 def test_a_deferred_checkpoint_is_taken_by_the_next_step_when_no_save_ends_the_epoch() -> None:
-    model, optimizer = model_and_optimizer()
-    got: list[Position] = []
-    ckpt = checkpointer(
-        model, optimizer, lambda s: got.append(s.info.position), mode="sync", every=4
-    )
+    model, optimizer, ckpt, got = recording(every=4)
     train_step = step_fn(model, optimizer)
     for _ in ckpt.epochs(2):
         for batch in ckpt.batches(loader()):

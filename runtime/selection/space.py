@@ -91,10 +91,9 @@ class Space:
 def load(path: str | Path) -> Space:
     """Read and check SPACE.toml; SpaceError names the key to fix."""
     p = Path(path)
-    body = searchspace.read_toml(p, SpaceError, "docs/selection.md")
-    select = body.get("select")
-    if not isinstance(select, dict):
-        raise SpaceError(f"{p}: needs a [select] table naming the functions")
+    body, select = searchspace.read_table(
+        p, "select", SpaceError, "docs/selection.md", "naming the functions"
+    )
     functions = {}
     for name in (*FUNCTIONS, "evaluate"):
         ref = select.get(name)

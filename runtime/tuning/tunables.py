@@ -89,10 +89,9 @@ def _tunables(where: str, table: Any, searcher: str) -> dict[str, Any]:
 def load(path: str | Path) -> Plan:
     """Read and check TUNABLES.toml; TunablesError names the key to fix."""
     p = Path(path)
-    body = searchspace.read_toml(p, TunablesError, "docs/tuning.md")
-    tune = body.get("tune")
-    if not isinstance(tune, dict):
-        raise TunablesError(f"{p}: needs a [tune] table with clocks = the training budget")
+    body, tune = searchspace.read_table(
+        p, "tune", TunablesError, "docs/tuning.md", "with clocks = the training budget"
+    )
     where = f"{p}: [tune]"
     unknown = sorted(set(tune) - set(KEYS))
     if unknown:

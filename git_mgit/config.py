@@ -1,34 +1,64 @@
 """Settings read from git config (`mgit.*`), with the defaults DESIGN.md fixes.
 
 mgit.chunkSize      bytes per chunk; a multiple of 8 (default 64 MiB)
+mgit.maxObjectSize  no object may be larger (default 95m, below GitHub's 100 MB file limit)
 mgit.maxChainDepth  longest delta chain a new object may extend (default 8)
 mgit.gcGracePeriod  age below which unreferenced objects survive gc (default 14.days.ago)
+mgit.maxPushSize    most one push may send (default 1.5g, below GitHub's 2 GB push limit)
+mgit.fetchBudget    a published version fetches at most this times its size (default 2)
+mgit.pruneKeep      checkouts younger than this keep their objects in prune (default 7.days.ago)
+
+Sizes take git's size syntax (a number with an optional k, m or g suffix),
+and may have a fraction (`1.5g`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 
 DEFAULT_CHUNK_SIZE = 64 * 1024 * 1024
+DEFAULT_MAX_OBJECT = 95 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 8
 DEFAULT_GRACE = "14.days.ago"
+DEFAULT_MAX_PUSH = 3 * 512 * 1024 * 1024
+DEFAULT_FETCH_BUDGET = 2.0
+DEFAULT_PRUNE_KEEP = "7.days.ago"
+# Room left under mgit.maxObjectSize for an object's header: a frame table of a
+# 95 MB chunk is under 1 KiB; chunks are cut at whole MiB below what is left.
+HEADER_ROOM = 64 * 1024
+_MIB = 1 << 20
 
 
 @dataclass(frozen=True)
 class Settings:
-    chunk_size: int = DEFAULT_CHUNK_SIZE
+    chunk_size: int = DEFAULT_CHUNK_SIZE  # as cut: never above what max_object_size allows
     max_chain_depth: int = DEFAULT_MAX_DEPTH
     gc_grace: str = DEFAULT_GRACE
+    max_object_size: int = DEFAULT_MAX_OBJECT
+    max_push_size: int = DEFAULT_MAX_PUSH
+    fetch_budget: float = DEFAULT_FETCH_BUDGET
+    prune_keep: str = DEFAULT_PRUNE_KEEP
 
 
-def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    text = text.strip().lower()
-    mult = units.get(text[-1:], 1)
-    return int(text[:-1] if mult > 1 else text) * mult
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmg]?)", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes in git's size syntax (`512`, `64m`, `1.5g`); ValueError when it is not one."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not a size (a number, optionally followed by k, m or g)")
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    return int(float(match[1]) * units[match[2].lower()])
+
+
+def chunk_limit(max_object_size: int) -> int:
+    """The largest chunk whose object stays within max_object_size (whole MiB)."""
+    return (max_object_size - HEADER_ROOM) // _MIB * _MIB
 
 
 def load(repo: Repo) -> Settings:
@@ -38,13 +68,36 @@ def load(repo: Repo) -> Settings:
     for line in out.splitlines():
         key, _, value = line.partition(" ")
         values[key.lower()] = value
+    key = ""
     try:
-        chunk = _size(values.get("mgit.chunksize", str(DEFAULT_CHUNK_SIZE)))
+        key = "mgit.chunkSize"
+        chunk = parse_size(values.get("mgit.chunksize", str(DEFAULT_CHUNK_SIZE)))
+        key = "mgit.maxObjectSize"
+        max_object = parse_size(values.get("mgit.maxobjectsize", str(DEFAULT_MAX_OBJECT)))
+        key = "mgit.maxChainDepth"
         depth = int(values.get("mgit.maxchaindepth", DEFAULT_MAX_DEPTH))
+        key = "mgit.maxPushSize"
+        max_push = parse_size(values.get("mgit.maxpushsize", str(DEFAULT_MAX_PUSH)))
+        key = "mgit.fetchBudget"
+        budget = float(values.get("mgit.fetchbudget", DEFAULT_FETCH_BUDGET))
     except ValueError as exc:
-        raise MgitError(f"git config mgit.*: {exc}; fix it with `git config --unset`") from exc
+        raise MgitError(f"git config {key}: {exc}; fix it with `git config --unset {key}`") from exc
     if chunk < 4096 or chunk % 8:
         raise MgitError("git config mgit.chunkSize must be a multiple of 8 and at least 4096")
+    if max_object < 2 * _MIB:
+        raise MgitError("git config mgit.maxObjectSize must be at least 2m")
     if not 0 <= depth <= 255:
         raise MgitError("git config mgit.maxChainDepth must be between 0 and 255")
-    return Settings(chunk, depth, values.get("mgit.gcgraceperiod", DEFAULT_GRACE))
+    if max_push < max_object:
+        raise MgitError("git config mgit.maxPushSize must be at least mgit.maxObjectSize")
+    if budget < 1:
+        raise MgitError("git config mgit.fetchBudget must be at least 1 (a version's own size)")
+    return Settings(
+        chunk_size=min(chunk, chunk_limit(max_object)),
+        max_chain_depth=depth,
+        gc_grace=values.get("mgit.gcgraceperiod", DEFAULT_GRACE),
+        max_object_size=max_object,
+        max_push_size=max_push,
+        fetch_budget=budget,
+        prune_keep=values.get("mgit.prunekeep", DEFAULT_PRUNE_KEEP),
+    )

@@ -109,8 +109,8 @@ class _CountingStore(ChunkStore):
         super().__init__(repo)
         self.tally = _Tally()
 
-    def source(self, content_hash: bytes) -> Source:
-        src = super().source(content_hash)
+    def source(self, content_hash: bytes, oid: str | None = None) -> Source:
+        src = super().source(content_hash, oid)
         if isinstance(src, BytesSource):  # read whole through git already
             self.tally.add(src.size, src.size)
             return src

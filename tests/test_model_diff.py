@@ -200,7 +200,7 @@ def test_identical_chunks_are_not_read_and_deltas_decode_against_a(
     assert store.chain_of(b_hashes[3])[0] == a_hashes[3]  # stored as a delta of A's chunk
     reads: list[bytes] = []
     real = store.source
-    monkeypatch.setattr(store, "source", lambda h: reads.append(h) or real(h))
+    monkeypatch.setattr(store, "source", lambda h, oid=None: reads.append(h) or real(h, oid))
     monkeypatch.setattr(model_diff, "WINDOW", 300)  # windows that straddle nothing
     d = diff_manifests(store, old, new)
     frac, mx, rel = expected(w, w2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from git_mgit import hashing
+from git_mgit import codecs, hashing
 from git_mgit import manifest as mf
 from git_mgit.errors import ObjectCorrupt, ObjectMissing
 from git_mgit.gitcmd import find_repo
@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
         anchored = store.cache.all()
         todo = list(dict.fromkeys([*users, *anchored]))
         progress = Progress(
-            "git-mgit: verifying objects", sum(anchored[h][1] for h in todo if h in anchored)
+            "git-mgit: verifying objects",
+            sum(size for h in todo for _, size in anchored.get(h, ())),
         )
         for h in todo:
             where = users.get(h, "unreferenced object")
@@ -46,13 +47,14 @@ def run(args: argparse.Namespace) -> int:
                     "or push it from a clone that has it"
                 )
                 continue
-            try:
-                store.get_raw(h)
-            except (ObjectCorrupt, ObjectMissing) as exc:
-                problems.append(
-                    f"{where}: object {hashing.to_text(h)} ({anchored[h][0][:12]}) is bad: {exc}"
-                )
-            progress.update(anchored[h][1])
+            for oid, size in anchored[h]:  # every object that holds the chunk
+                try:
+                    codecs.decode_all(store.decoder(h, oid=oid))
+                except (ObjectCorrupt, ObjectMissing) as exc:
+                    problems.append(
+                        f"{where}: object {hashing.to_text(h)} ({oid[:12]}) is bad: {exc}"
+                    )
+                progress.update(size)
         progress.finish()
     finally:
         store.close()

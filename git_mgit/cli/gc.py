@@ -17,7 +17,7 @@ from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.progress import format_size
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects
+from git_mgit.store.lookup import ANCHOR_PREFIX, VERSION_PREFIX, anchor_objects, anchor_tips
 from git_mgit.store.packwriter import PackWriter
 from git_mgit.tracked import needed_hashes
 
@@ -56,19 +56,23 @@ def run(args: argparse.Namespace) -> int:
             print("nothing to drop: every anchor is within the grace period")
             return 0
         old_objects = _objects_of(repo, [c for _, c, _ in old])
-        young = _objects_of(repo, [c for _, c, t in rows if int(t) >= limit])
-        keep = {h: o for h, o in old_objects.items() if h in needed}
-        drop = {h: o for h, o in old_objects.items() if h not in needed and h not in young}
-        freed = sum(store.cache.get(h)[1] for h in drop if store.cache.get(h))
+        # Young anchors and version refs (what remotes were sent or served) keep theirs.
+        others = [c for _, c, t in rows if int(t) >= limit]
+        others += anchor_tips(repo, (VERSION_PREFIX,)).values()
+        young = {o for _, o, _ in _objects_of(repo, others)}
+        # Of the objects that hold a needed chunk, the one reads take stays (its chain's
+        # objects are needed too); other encodings of it go, like unneeded chunks.
+        chosen = {h: loc[0] for h in needed if (loc := store.locate(h)) is not None}
+        keep = [(h, o) for h, o, _ in old_objects if chosen.get(h) == o]
+        drop = [(h, o, size) for h, o, size in old_objects if chosen.get(h) != o and o not in young]
+        freed = sum(size for _, _, size in drop)
         verb = "would drop" if args.dry_run else "dropped"
         if args.dry_run or not drop:
             print(f"{verb} {len(drop)} objects ({format_size(freed)})")
             return 0
         pack = PackWriter(repo.objects_dir)
         commit = (
-            anchors.write_anchor(pack, [(h, bytes.fromhex(o)) for h, o in keep.items()])
-            if keep
-            else None
+            anchors.write_anchor(pack, [(h, bytes.fromhex(o)) for h, o in keep]) if keep else None
         )
         pack.finish()
         if commit:
@@ -84,5 +88,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _objects_of(repo: Repo, commits: list[str]) -> dict[bytes, str]:
-    return {h: oid for h, oid, _ in anchor_objects(repo, commits, [])} if commits else {}
+def _objects_of(repo: Repo, commits: list[str]) -> list[tuple[bytes, str, int]]:
+    """(hash, oid, size) of every object the anchor commits file."""
+    return list(anchor_objects(repo, commits, [])) if commits else []

@@ -110,8 +110,8 @@ def apply(store: ChunkStore, sv: Survey, costed: Costed, plan: Plan) -> Outcome:
     repo = store.repo
     with _lock(store):
         store.cache.refresh()
-        tips = anchor_tips(repo)
-        objects = {h: oid for h, (oid, _) in store.cache.all().items()}
+        tips = anchor_tips(repo, (ANCHOR_PREFIX,))  # version refs mirror remotes: kept
+        objects = {h: loc[0] for h in store.cache.all() if (loc := store.locate(h)) is not None}
         out = Outcome()
         written: dict[bytes, tuple[bytes, int]] = {}  # hash -> (oid20, stored size)
         depth: dict[bytes, int] = {}
@@ -196,8 +196,8 @@ def _verify(store: ChunkStore, written: dict[bytes, tuple[bytes, int]]) -> None:
     store.cache.refresh()
     progress = Progress("verifying", len(written), counting=True)
     try:
-        for h in written:
-            codecs.decode_all(store.decoder(h))
+        for h, (oid, _) in written.items():
+            codecs.decode_all(store.decoder(h, oid=oid.hex()))
             progress.update(1)
     finally:
         progress.finish()

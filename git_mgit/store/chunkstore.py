@@ -6,10 +6,16 @@ straight from the packs where they can (packreader: any byte range of an
 object) and through `git cat-file` otherwise (the whole object). A chunk is
 decoded block by block through its whole delta chain (codecs.decoder), every
 level's BLAKE3 verified.
+
+A chunk may be held by several objects (this clone's forward delta and the
+whole object a push published, or another clone's encoding fetched with a
+version): reads take the one with the shortest chain, chosen so that no chain
+can lead back to where it started.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from git_mgit import codecs, hashing
@@ -21,8 +27,19 @@ from git_mgit.store.reader import ObjectReader
 
 if TYPE_CHECKING:  # the codecs import zstandard and blake3: only when a chunk is read
     from git_mgit.codecs.decoder import ChunkDecoder, Level, Source
+    from git_mgit.codecs.objectformat import ObjectHeader
     from git_mgit.codecs.planes import Buffer
     from git_mgit.store.packwriter import PackWriter
+
+
+@dataclass(frozen=True)
+class Located:
+    """The object a read of a chunk takes: one of the objects holding it."""
+
+    oid: str
+    size: int  # stored bytes
+    base: bytes | None  # its delta base's content hash; None when standalone
+    depth: int  # levels below it on the chain the reads take (0: standalone)
 
 
 class ChunkStore:
@@ -33,29 +50,100 @@ class ChunkStore:
         self.packs = PackReader(repo.objects_dir)
         self._pack: PackWriter | None = None
         self._pending: dict[bytes, tuple[bytes, int]] = {}
+        self._pending_headers: dict[bytes, tuple[bytes | None, int]] = {}
+        self._resolved: dict[bytes, Located | None] = {}
         self._refreshed = False
 
     # -- lookup ---------------------------------------------------------------
-    def locate(self, content_hash: bytes) -> tuple[str, int] | None:
-        """(oid, stored size) of the object holding this chunk, if it is local."""
-        if content_hash in self._pending:
-            oid, size = self._pending[content_hash]
-            return oid.hex(), size
+    def _refresh_once(self) -> None:
         if not self._refreshed:
-            # Once per process: index new anchors, drop the cache if one vanished.
+            # Once per process: index new refs, drop the cache if one vanished.
             self._refreshed = True
             self.cache.refresh()
-        return self.cache.get(content_hash)
+
+    def locate(self, content_hash: bytes) -> tuple[str, int] | None:
+        """(oid, stored size) of the object reads of this chunk take, if it is local."""
+        found = self.resolve(content_hash)
+        return None if found is None else (found.oid, found.size)
 
     def has(self, content_hash: bytes) -> bool:
-        return self.locate(content_hash) is not None
+        """Whether some object here holds the chunk (cheap: no delta chain is followed)."""
+        if content_hash in self._pending:
+            return True
+        self._refresh_once()
+        return self.cache.has(content_hash)
 
     def missing(self, hashes: list[bytes]) -> list[bytes]:
         return [h for h in dict.fromkeys(hashes) if not self.has(h)]
 
     def invalidate(self) -> None:
-        """Forget that the anchors were scanned (after a fetch brought new ones)."""
+        """Forget what was scanned and chosen (after a fetch or a push brought new refs)."""
         self._refreshed = False
+        self._resolved.clear()
+
+    def _candidates(self, content_hash: bytes) -> list[tuple[str, int, bytes | None, int]]:
+        """(oid, size, base, header depth) of every object holding the chunk."""
+        pending = self._pending.get(content_hash)
+        if pending is not None:
+            base, depth = self._pending_headers[content_hash]
+            return [(pending[0].hex(), pending[1], base, depth)]
+        self._refresh_once()
+        out = []
+        for oid, size in self.cache.candidates(content_hash):
+            header = self.cache.header(oid)
+            if header is None:
+                hdr = self._read_header(oid)
+                if hdr is None:
+                    continue  # filed in a ref but gone from the object database
+                header = (hdr.base_hash, hdr.depth)
+                self.cache.set_header(oid, *header)
+            out.append((oid, size, *header))
+        return out
+
+    def _read_header(self, oid: str) -> ObjectHeader | None:
+        from git_mgit.codecs.decoder import read_header
+
+        blob = self.packs.open(oid)
+        if blob is not None:
+            return read_header(blob)
+        data = self.reader.read(oid)
+        return None if data is None else read_header(codecs.BytesSource(data))
+
+    def resolve(self, content_hash: bytes) -> Located | None:
+        """The object reads of this chunk take: of those holding it, the one with the shortest
+        delta chain (then the smallest), never one whose chain leads back to itself.
+
+        Every choice is final for this store's lifetime and only rests on choices made
+        before it, so the chosen chains form a forest: no read can loop.
+        """
+        if content_hash in self._resolved:
+            return self._resolved[content_hash]
+        return self._resolve(content_hash, set())
+
+    def _resolve(self, h: bytes, visiting: set[bytes]) -> Located | None:
+        if h in self._resolved:
+            return self._resolved[h]
+        visiting.add(h)
+        best: Located | None = None
+        try:
+            for oid, size, base, _ in sorted(self._candidates(h), key=lambda c: (c[3], c[1])):
+                if base is None:
+                    found = Located(oid, size, None, 0)
+                elif base in visiting:
+                    continue
+                else:
+                    below = self._resolve(base, visiting)
+                    if below is None:
+                        continue
+                    found = Located(oid, size, base, below.depth + 1)
+                if best is None or (found.depth, found.size) < (best.depth, best.size):
+                    best = found
+                if best.depth == 0:
+                    break
+        finally:
+            visiting.discard(h)
+        self._resolved[h] = best
+        return best
 
     # -- writing --------------------------------------------------------------
     def put(self, content_hash: bytes, encoded: codecs.Encoded) -> None:
@@ -66,14 +154,15 @@ class ChunkStore:
         oid = self._pack.add("blob", encoded.parts)
         self._pending[content_hash] = (oid, encoded.size)
         hdr = encoded.header
-        self.cache.set_chain(content_hash, hdr.base_hash, hdr.depth)
+        self._pending_headers[content_hash] = (hdr.base_hash, hdr.depth)
+        self._resolved.pop(content_hash, None)
 
     def flush(self) -> None:
         """Make pending objects visible to git and anchored against gc."""
-        pack, pending = self._pack, self._pending
+        pack, pending, headers = self._pack, self._pending, self._pending_headers
         if pack is None:
             return
-        self._pack, self._pending = None, {}
+        self._pack, self._pending, self._pending_headers = None, {}, {}
         from git_mgit.store import anchors
 
         try:
@@ -84,50 +173,55 @@ class ChunkStore:
             raise
         anchors.set_ref(self.repo, commit)
         self.cache.add(((h, oid.hex(), size) for h, (oid, size) in pending.items()), commit)
+        for h, (oid, _) in pending.items():
+            self.cache.set_header(oid.hex(), *headers[h])
 
     # -- reading --------------------------------------------------------------
-    def source(self, content_hash: bytes) -> Source:
-        """Random access to the object holding this chunk: from its pack, or through git."""
+    def source(self, content_hash: bytes, oid: str | None = None) -> Source:
+        """Random access to the object holding this chunk (the one reads take, or `oid`)."""
         if content_hash in self._pending:
             self.flush()  # a delta base from this very batch: make it readable
-        loc = self.locate(content_hash)
-        if loc is not None:
-            blob = self.packs.open(loc[0])
+        if oid is None:
+            loc = self.locate(content_hash)
+            oid = None if loc is None else loc[0]
+        if oid is not None:
+            blob = self.packs.open(oid)
             if blob is not None:
                 return blob
-            data = self.reader.read(loc[0])
+            data = self.reader.read(oid)
             if data is not None:
                 return codecs.BytesSource(data)
         raise ObjectMissing(f"object {hashing.to_text(content_hash)} is not in this repository")
 
-    def level(self, content_hash: bytes) -> Level:
+    def level(self, content_hash: bytes, oid: str | None = None) -> Level:
         """The chunk's object, header read and checked against the name it is filed under."""
-        level = codecs.Level(self.source(content_hash))
+        level = codecs.Level(self.source(content_hash, oid))
         hdr = level.header
         if hdr.content_hash != content_hash:
             raise ObjectCorrupt(
                 f"object is filed as {hashing.to_text(content_hash)} but holds "
                 f"{hashing.to_text(hdr.content_hash)}"
             )
-        if self.cache.chain(content_hash) is None:
-            self.cache.set_chain(content_hash, hdr.base_hash, hdr.depth)
         return level
 
     def chain_of(self, content_hash: bytes) -> tuple[bytes | None, int]:
-        """(delta base, depth) of a chunk's object, reading its header if not cached."""
-        known = self.cache.chain(content_hash)
-        if known is None:
-            hdr = self.level(content_hash).header
-            known = (hdr.base_hash, hdr.depth)
-        return known
+        """(delta base, depth) of the object reads of this chunk take; ObjectMissing if none."""
+        found = self.resolve(content_hash)
+        if found is None:
+            raise ObjectMissing(f"object {hashing.to_text(content_hash)} is not in this repository")
+        return found.base, found.depth
 
     def decoder(
-        self, content_hash: bytes, known: tuple[bytes, Buffer] | None = None
+        self,
+        content_hash: bytes,
+        known: tuple[bytes, Buffer] | None = None,
+        oid: str | None = None,
     ) -> ChunkDecoder:
         """The chunk's delta chain, ready to decode block by block.
 
         `known` is (content hash, verified bytes) of a chunk the caller holds:
-        the chain stops there instead of decoding it again.
+        the chain stops there instead of decoding it again. `oid` names which of
+        the objects holding the chunk to start from (fsck checks each one).
         """
         levels: list[Level] = []
         h: bytes | None = content_hash
@@ -136,7 +230,7 @@ class ChunkStore:
                 raise ObjectCorrupt(
                     f"object {hashing.to_text(content_hash)} has a cyclic delta chain"
                 )
-            levels.append(self.level(h))
+            levels.append(self.level(h, oid if not levels else None))
             h = levels[-1].header.base_hash
             if known is not None and h == known[0]:
                 return codecs.ChunkDecoder(levels[::-1], known[1])

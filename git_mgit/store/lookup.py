@@ -1,9 +1,12 @@
-"""Content hash -> git object id, cached in .git/mgit/lookup.sqlite.
+"""Content hash -> git objects that hold the chunk, cached in .git/mgit/lookup.sqlite.
 
-The truth lives in the anchor refs (refs/mgit/objects/*), whose trees file
-each object as `ab/cd/<64 hex>`; this cache only saves walking them. It
-remembers which anchor commits it has indexed, so refreshing after a fetch
-lists just the new anchors' objects, and it can always be rebuilt from refs.
+The truth lives in the refs that file objects as `ab/cd/<64 hex>`: this
+clone's anchors (refs/mgit/objects/*) and the version refs it published or
+fetched (refs/mgit/v/*). One chunk may be held by several objects (this
+clone's forward delta and a published whole object, say), so the cache keeps
+every (hash, object) pair; which one a read takes is the chunk store's
+choice. It remembers which ref commits it has indexed, so refreshing after a
+fetch lists just the new ones, and it can always be rebuilt from refs.
 """
 
 from __future__ import annotations
@@ -16,14 +19,19 @@ from collections.abc import Iterable
 from git_mgit.gitcmd import Repo
 
 ANCHOR_PREFIX = "refs/mgit/objects/"
+VERSION_PREFIX = "refs/mgit/v/"
+OBJECT_REFS = (ANCHOR_PREFIX, VERSION_PREFIX)
+_SCHEMA_VERSION = 2
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS objects (hash BLOB PRIMARY KEY, oid TEXT NOT NULL, size INTEGER NOT NULL)
-    WITHOUT ROWID;
--- delta base and chain depth, learnt when an object is written or first decoded
-CREATE TABLE IF NOT EXISTS chains (hash BLOB PRIMARY KEY, base BLOB, depth INTEGER NOT NULL)
+CREATE TABLE IF NOT EXISTS objects (
+    hash BLOB NOT NULL, oid TEXT NOT NULL, size INTEGER NOT NULL, PRIMARY KEY (hash, oid)
+) WITHOUT ROWID;
+-- what an object's header says: its delta base (NULL when standalone) and chain depth
+CREATE TABLE IF NOT EXISTS headers (oid TEXT PRIMARY KEY, base BLOB, depth INTEGER NOT NULL)
     WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS anchors (commit_id TEXT PRIMARY KEY) WITHOUT ROWID;
 """
+_TABLES = ("objects", "headers", "anchors")
 
 
 class LookupCache:
@@ -34,16 +42,29 @@ class LookupCache:
         )
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        if self.db.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
+            # A cache of an older layout: start over (it is rebuilt from refs).
+            with self.db:
+                for table in (*_TABLES, "chains"):
+                    self.db.execute(f"DROP TABLE IF EXISTS {table}")
+                self.db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         self.db.executescript(_SCHEMA)
         # The filter reads on one thread while its encoder writes on another.
         self.lock = threading.RLock()
 
-    def get(self, content_hash: bytes) -> tuple[str, int] | None:
+    def candidates(self, content_hash: bytes) -> list[tuple[str, int]]:
+        """(oid, stored size) of every indexed object holding this chunk."""
         with self.lock:
-            row = self.db.execute(
-                "SELECT oid, size FROM objects WHERE hash = ?", (content_hash,)
-            ).fetchone()
-            return (row[0], row[1]) if row else None
+            return self.db.execute(
+                "SELECT oid, size FROM objects WHERE hash = ? ORDER BY oid", (content_hash,)
+            ).fetchall()
+
+    def has(self, content_hash: bytes) -> bool:
+        with self.lock:
+            return (
+                self.db.execute("SELECT 1 FROM objects WHERE hash = ?", (content_hash,)).fetchone()
+                is not None
+            )
 
     def add(self, entries: Iterable[tuple[bytes, str, int]], anchor: str | None = None) -> None:
         with self.lock, self.db:
@@ -51,39 +72,37 @@ class LookupCache:
             if anchor:
                 self.db.execute("INSERT OR IGNORE INTO anchors VALUES (?)", (anchor,))
 
-    def chain(self, content_hash: bytes) -> tuple[bytes | None, int] | None:
-        """(base hash or None, depth) if known."""
+    def header(self, oid: str) -> tuple[bytes | None, int] | None:
+        """(base hash or None, depth) the object's header says, if known."""
         with self.lock:
             row = self.db.execute(
-                "SELECT base, depth FROM chains WHERE hash = ?", (content_hash,)
+                "SELECT base, depth FROM headers WHERE oid = ?", (oid,)
             ).fetchone()
             return (row[0], row[1]) if row else None
 
-    def set_chain(self, content_hash: bytes, base: bytes | None, depth: int) -> None:
+    def set_header(self, oid: str, base: bytes | None, depth: int) -> None:
         with self.lock, self.db:
-            self.db.execute(
-                "INSERT OR REPLACE INTO chains VALUES (?, ?, ?)", (content_hash, base, depth)
-            )
+            self.db.execute("INSERT OR REPLACE INTO headers VALUES (?, ?, ?)", (oid, base, depth))
 
     def refresh(self) -> int:
-        """Index anchors that appeared since the last call (fetch, another process).
+        """Index ref commits that appeared since the last call (fetch, another process).
 
-        Starts over if an anchor it indexed has disappeared, so the cache never
-        claims an object that git may have pruned.
+        Starts over if a commit it indexed is no longer the tip of any object ref,
+        so the cache never claims an object that git may have pruned.
         """
         with self.lock:
-            tips = anchor_tips(self.repo)
+            tips = set(anchor_tips(self.repo).values())
             known = {r[0] for r in self.db.execute("SELECT commit_id FROM anchors")}
-            if known - set(tips.values()):
-                # An indexed anchor is gone (gc, deleted refs): its objects may be too.
+            if known - tips:
+                # An indexed ref is gone or moved (gc, repack, a re-published version).
                 with self.db:
-                    for table in ("objects", "anchors", "chains"):
+                    for table in _TABLES:
                         self.db.execute(f"DELETE FROM {table}")
                 known = set()
-            new = [c for c in tips.values() if c not in known]
+            new = sorted(tips - known)
             if not new:
                 return 0
-            entries = list(anchor_objects(self.repo, new, [c for c in tips.values() if c in known]))
+            entries = list(anchor_objects(self.repo, new, sorted(known)))
             with self.db:
                 self.db.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?)", entries)
                 self.db.executemany("INSERT OR IGNORE INTO anchors VALUES (?)", [(c,) for c in new])
@@ -92,21 +111,27 @@ class LookupCache:
     def rebuild(self) -> int:
         with self.lock:
             with self.db:
-                for table in ("objects", "anchors", "chains"):
+                for table in _TABLES:
                     self.db.execute(f"DELETE FROM {table}")
             return self.refresh()
 
-    def all(self) -> dict[bytes, tuple[str, int]]:
+    def all(self) -> dict[bytes, list[tuple[str, int]]]:
+        """Every indexed chunk with the objects that hold it."""
         with self.lock:
-            return {h: (o, s) for h, o, s in self.db.execute("SELECT hash, oid, size FROM objects")}
+            out: dict[bytes, list[tuple[str, int]]] = {}
+            for h, o, s in self.db.execute(
+                "SELECT hash, oid, size FROM objects ORDER BY hash, oid"
+            ):
+                out.setdefault(h, []).append((o, s))
+            return out
 
     def close(self) -> None:
         self.db.close()
 
 
-def anchor_tips(repo: Repo) -> dict[str, str]:
-    """refname -> commit id for every anchor ref."""
-    out = repo.git("for-each-ref", "--format=%(refname) %(objectname)", ANCHOR_PREFIX)
+def anchor_tips(repo: Repo, prefixes: Iterable[str] = OBJECT_REFS) -> dict[str, str]:
+    """refname -> commit id for every ref that files objects (anchors and version refs)."""
+    out = repo.git("for-each-ref", "--format=%(refname) %(objectname)", *prefixes)
     return dict(line.split(" ", 1) for line in out.splitlines() if line)
 
 
@@ -134,4 +159,4 @@ def anchor_objects(
     sizes = dict(
         line.split() for line in proc.stdout.decode().splitlines() if "missing" not in line
     )
-    return [(h, o, int(sizes[o])) for o, h in wanted if o in sizes]
+    return [(h, o, int(sizes[o])) for o, h in dict(wanted).items() if o in sizes]

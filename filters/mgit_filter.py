@@ -2,7 +2,8 @@
 
 Smudges whose objects are missing are delayed (when git allows it) and
 fetched in one batch when git asks which blobs are available, so a clone or
-checkout of many model files costs one fetch, not one per file.
+checkout of many model files costs one fetch, not one per file. Fetching is
+git_mgit.transfer's business; this module only says which versions.
 """
 
 from __future__ import annotations
@@ -11,15 +12,18 @@ import importlib
 import sys
 import threading
 from functools import cached_property
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from git_mgit import config
 from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
 from git_mgit.filters.process import ContentSink, Delayed
-from git_mgit.gitcmd import GitError, Repo
+from git_mgit.gitcmd import Repo
 from git_mgit.smudge import missing_chunks, parse_or_none, smudge
 from git_mgit.store.chunkstore import ChunkStore
+
+if TYPE_CHECKING:  # transfer is imported only when objects are missing
+    from git_mgit.transfer.fetch import Outcome
 
 
 class MgitFilter:
@@ -33,8 +37,8 @@ class MgitFilter:
         self._warm_up = threading.Thread(target=self._prepare, name="mgit-warm-up")
         self._warm_up.start()
         self.store = ChunkStore(repo)
-        self.delayed: dict[str, mf.Manifest] = {}
-        self._fetched = False
+        self.delayed: dict[str, tuple[str, mf.Manifest]] = {}  # path -> (version, manifest)
+        self._outcome: Outcome | None = None  # of the last fetch: why objects are not here
 
     def _prepare(self) -> None:
         importlib.import_module("git_mgit.codecs.codec")  # and the decoder, which it imports
@@ -59,15 +63,22 @@ class MgitFilter:
 
     def smudge(self, pathname: str, data: bytes, sink: ContentSink, can_delay: bool) -> None:
         try:
-            m = self.delayed.pop(pathname, None) or parse_or_none(data, pathname)
+            version, m = self.delayed.pop(pathname, None) or (None, parse_or_none(data, pathname))
             if m is None:
                 sink.write(data)
                 return
             if missing_chunks(m, self.store):
+                from git_mgit.transfer import fetch
+
+                if version is None:
+                    version = fetch.version_id(data)
                 if can_delay:
-                    self.delayed[pathname] = m
+                    self.delayed[pathname] = (version, m)
                     raise Delayed(pathname)
-                self._fetch()
+                self._fetch({version: m})
+                if missing_chunks(m, self.store):
+                    outcome = self._outcome or fetch.Outcome()
+                    raise fetch.missing_error(pathname, self.store, m, outcome)
 
             def write(block: memoryview | bytes) -> None:
                 sink.write(block)
@@ -84,26 +95,14 @@ class MgitFilter:
         re-sent smudge reports a clear error instead of git waiting forever.
         """
         if self.delayed:
-            self._fetch()
+            self._fetch(dict(self.delayed.values()))
         return list(self.delayed)
 
-    def _fetch(self) -> None:
-        if self._fetched:
-            return
-        self._fetched = True
-        from git_mgit import transport
+    def _fetch(self, wanted: dict[str, mf.Manifest]) -> None:
+        """One batch; each file still missing objects then fails with the outcome's reason."""
+        from git_mgit.transfer import fetch
 
-        remote = transport.default_remote(self.repo)
-        for name in [remote] if remote else transport.remotes(self.repo):
-            try:
-                transport.fetch(self.repo, name)
-            except GitError as exc:
-                # The next remote may have them; smudge then reports what is still missing.
-                print(
-                    f"git-mgit: warning: fetching objects from {name} failed: {exc}",
-                    file=sys.stderr,
-                )
-        self.store.invalidate()
+        self._outcome = fetch.fetch_versions(self.store, wanted)
 
     def close(self) -> None:
         self._streaming.set()

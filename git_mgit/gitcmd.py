@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -17,7 +18,11 @@ from git_mgit.errors import MgitError
 
 
 class GitError(MgitError):
-    """A git command failed; the message carries git's own stderr."""
+    """A git command failed; the message carries git's own stderr (its last line)."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail  # everything git wrote to stderr, where it was captured
 
 
 def git(
@@ -49,9 +54,10 @@ def git_bytes(
         env={**os.environ, **env} if env else None,
     )
     if check and proc.returncode != 0:
-        msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        detail = msg[-1] if msg else f"exit {proc.returncode}"
-        raise GitError(f"git {' '.join(args[:2])} failed: {detail}")
+        stderr = proc.stderr.decode("utf-8", "replace").strip()
+        msg = stderr.splitlines()
+        last = msg[-1] if msg else f"exit {proc.returncode}"
+        raise GitError(f"git {' '.join(args[:2])} failed: {last}", stderr)
     return proc.stdout
 
 
@@ -131,3 +137,11 @@ def find_repo(cwd: str | os.PathLike[str] | None = None) -> Repo:
             ) from exc
     worktree = Path(lines[2]) if len(lines) > 2 and lines[2] else None
     return Repo(worktree=worktree, git_dir=Path(lines[0]), common_dir=Path(lines[1]))
+
+
+def approxidate(repo: Repo, when: str) -> int:
+    """Unix time of a git date (`2.weeks.ago`, `now`, an ISO date), as git reads it."""
+    if when == "now":
+        return int(time.time()) + 1
+    out = repo.git("rev-parse", f"--since={when}")
+    return int(out.split("=", 1)[1])

@@ -47,6 +47,7 @@ from git_mgit.safetensors_format import Header, TensorInfo, header_length, parse
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
 from git_mgit.tracked import mgit_filtered
+from git_mgit.transfer.fetch import ensure_local
 
 LCS_LIMIT = 4_000_000  # cells of the pairing table; beyond it, tensors pair by name only
 
@@ -112,12 +113,10 @@ def parent_manifest(lin: Lineage, store: ChunkStore, parent: Version) -> mf.Mani
     if parent.kind != "file":
         raise CompressError(f"parent {parent.path or parent.id[:10]} is a model folder, not a file")
     found = contents.manifests(lin.repo, store.reader, parent.id, "file")[""]
-    missing = store.missing([c.content_hash for c in found.chunks()])
-    if missing:
-        raise CompressError(
-            f"{len(missing)} tensor object(s) of parent {parent.path or parent.id[:10]} are not "
-            "here; run `git mgit fetch`"
-        )
+    try:
+        ensure_local(store, {f"parent {parent.path or parent.id[:10]}": found})
+    except ObjectMissing as exc:
+        raise CompressError(str(exc)) from exc
     return found
 
 

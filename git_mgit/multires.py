@@ -41,6 +41,7 @@ from git_mgit.lineage.diff import Tensor, tensors
 from git_mgit.numerics import to_float64
 from git_mgit.planebounds import FLOAT_DTYPES, bounds, known_bits
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.transfer.fetch import ensure_local
 
 _EXACT_IN_FLOAT64 = 1 << 53
 
@@ -220,13 +221,11 @@ def load(
     version = lin.resolve(model if rev is None else f"{rev}:{model}")
     store = _CountingStore(lin.repo)
     try:
-        found = tensors(contents.manifests(lin.repo, store.reader, version.id, version.kind))
-        missing = store.missing([h for t in found.values() for h in t.hashes])
-        if missing:
-            raise MgitError(
-                f"{len(missing)} tensor object(s) of {version.path or model} are not here; "
-                "run `git mgit fetch`"
-            )
+        ms = contents.manifests(lin.repo, store.reader, version.id, version.kind)
+        ensure_local(
+            store, {f"{version.path or model}/{rel}".rstrip("/"): m for rel, m in ms.items()}
+        )
+        found = tensors(ms)
         out = Model()
         for name, t in found.items():
             out[name] = read_tensor(store, t, planes)

@@ -19,7 +19,8 @@ from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, find_repo, git
 from git_mgit.hooks import hookfiles
 from git_mgit.hooks.hookfiles import HOOKS, RETIRED
-from git_mgit.transport import NOTES_REF, NOTES_REMOTES, OBJECTS_REFSPEC, notes_refspec
+from git_mgit.store.lookup import ANCHOR_PREFIX
+from git_mgit.transfer.notes import NOTES_REF, NOTES_REMOTES, notes_refspec
 
 FILTER_CONFIG: dict[str, str] = {
     "filter.mgit.process": "git-mgit filter-process",
@@ -41,6 +42,9 @@ ATTR_COMMENT = "# git-mgit: object trees are already compressed; never delta the
 ATTR_LINE = "[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/[0-9a-f]* -delta"
 
 TRACK_ATTRS = ("filter=mgit", "diff=mgit", "merge=mgit", "-text")
+
+# Earlier versions fetched every object with every fetch; objects now come on demand.
+LEGACY_OBJECTS_REFSPEC = f"+{ANCHOR_PREFIX}*:{ANCHOR_PREFIX}*"
 
 
 # --- git config helpers ---------------------------------------------------
@@ -209,9 +213,10 @@ def _remove_attributes(path: Path) -> list[str]:
 def ensure_repo(repo: Repo, force: bool = False) -> list[str]:
     """Set up `repo` for git-mgit; return what changed ([] when already set up).
 
-    For every remote: fetch refspecs for the object refs and for its lineage
-    notes; notes.rewriteRef so amend and rebase carry lineage along; the
-    -delta attribute for object trees; our hooks, chaining foreign ones.
+    For every remote: the fetch refspec for its lineage notes (and none for
+    object refs: objects come on demand); notes.rewriteRef so amend and rebase
+    carry lineage along; the -delta attribute for object trees; our hooks,
+    chaining foreign ones.
     Raises MgitError when a hook cannot be chained without `force`; callers
     on a hot path (the filter process) should warn and carry on.
     """
@@ -219,13 +224,18 @@ def ensure_repo(repo: Repo, force: bool = False) -> list[str]:
     changes = []
     for name, fetch in remotes.items():
         have = {value for _, value in fetch}
-        for spec in (OBJECTS_REFSPEC, notes_refspec(name)):
-            if spec not in have:
-                # --replace-all with the value as its own pattern adds it once,
-                # even if another process adds it at the same moment.
-                key = f"remote.{name}.fetch"
-                repo.git("config", "--local", "--fixed-value", "--replace-all", key, spec, spec)
-                changes.append(f"remote {name}: fetch {spec}")
+        key = f"remote.{name}.fetch"
+        spec = notes_refspec(name)
+        if spec not in have:
+            # --replace-all with the value as its own pattern adds it once,
+            # even if another process adds it at the same moment.
+            repo.git("config", "--local", "--fixed-value", "--replace-all", key, spec, spec)
+            changes.append(f"remote {name}: fetch {spec}")
+        if ("local", LEGACY_OBJECTS_REFSPEC) in fetch:
+            repo.git(
+                "config", "--local", "--fixed-value", "--unset-all", key, LEGACY_OBJECTS_REFSPEC
+            )
+            changes.append(f"remote {name}: objects are fetched on demand now, not by every fetch")
     if NOTES_REF not in {value for _, value in rewrite}:
         repo.git(
             "config",
@@ -260,7 +270,7 @@ def remove_repo(repo: Repo) -> list[str]:
     for name, fetch in remotes.items():
         for scope, spec in fetch:
             if scope == "local" and (
-                spec == OBJECTS_REFSPEC or spec.startswith(f"+{NOTES_REF}*:{NOTES_REMOTES}")
+                spec == LEGACY_OBJECTS_REFSPEC or spec.startswith(f"+{NOTES_REF}*:{NOTES_REMOTES}")
             ):
                 repo.git(
                     "config",

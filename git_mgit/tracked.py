@@ -6,7 +6,7 @@ gc must keep).
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from git_mgit import manifest as mf
@@ -94,6 +94,13 @@ def reachable_manifests(
         oid, _, path = line.decode("utf-8", "surrogateescape").partition(" ")
         if path:
             paths.setdefault(oid, path)
+    yield from sniff_manifests(repo, reader, paths)
+
+
+def sniff_manifests(
+    repo: Repo, reader: ObjectReader, paths: Mapping[str, str]
+) -> Iterator[tuple[str, str, mf.Manifest | mf.ManifestError]]:
+    """Of the objects in `paths` (object id -> a path), the manifests, as reachable_manifests."""
     if not paths:
         return
     check = subprocess.run(
@@ -104,7 +111,10 @@ def reachable_manifests(
         check=True,
     )
     for line in check.stdout.decode().splitlines():
-        oid, kind, size = line.split()
+        fields = line.split()
+        if len(fields) != 3:
+            continue  # "<oid> missing": not in this clone
+        oid, kind, size = fields
         if kind == "blob" and len(mf.FIRST_LINE) <= int(size) <= MAX_MANIFEST_BYTES:
             data = reader.read(oid)
             if data is not None and mf.looks_like_manifest(data):
@@ -124,6 +134,12 @@ def needed_hashes(store: ChunkStore, revs: Sequence[str] = EVERYTHING) -> dict[b
         if isinstance(m, mf.Manifest):
             for c in m.chunks():
                 needed.setdefault(c.content_hash, path)
+    return with_bases(store, needed)
+
+
+def with_bases(store: ChunkStore, needed: dict[bytes, str]) -> dict[bytes, str]:
+    """`needed` plus every delta base on the chains reads of those chunks take."""
+    needed = dict(needed)
     stack = [h for h in needed if store.locate(h)]
     while stack:
         h = stack.pop()

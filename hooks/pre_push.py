@@ -1,27 +1,29 @@
-"""pre-push: send tensor objects and lineage notes ahead of the branches.
+"""pre-push: publish the tensor objects and lineage notes the pushed commits need.
 
 Objects go first, so a remote never holds a manifest whose objects it lacks:
-exactly those the pushed commits need, and the push is refused (with the fix)
-if this clone lacks any. Everything is derived from git refs, so any clone can
-push.
+the model versions in the pushed commits that the remote has no version ref
+of are laid out for fetching and sent under mgit.maxPushSize
+(git_mgit.transfer.push), and the push is refused, with the fix, if this
+clone lacks any of their objects. Everything is derived from git refs, so any
+clone can push.
 """
 
 from __future__ import annotations
 
-from git_mgit import transport
-from git_mgit.gitcmd import find_repo
+import sys
 
-ZERO = "0" * 40
+from git_mgit.gitcmd import find_repo
+from git_mgit.transfer.push import Update, describe, pre_push
 
 
 def run(args: list[str], stdin: bytes) -> int:
     """args: remote name (or URL) and URL; stdin: `<local ref> <local oid> <remote ref> <remote oid>` lines."""
     if not args:
         return 0
-    revs = [
-        f[1]
-        for f in (line.split() for line in stdin.decode().splitlines())
-        if len(f) == 4 and f[1] != ZERO
+    updates = [
+        Update(*f) for f in (line.split() for line in stdin.decode().splitlines()) if len(f) == 4
     ]
-    transport.push(find_repo(), args[0], revs)
+    report = pre_push(find_repo(), args[0], updates)
+    if report.published and sys.stderr.isatty():
+        print(f"git-mgit: {describe(report)}", file=sys.stderr)
     return 0

@@ -25,6 +25,7 @@ from git_mgit.lineage.diff import Tensor, tensors
 from git_mgit.lineage.resolve import Version
 from git_mgit.progress import Progress, format_size
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.transfer.fetch import ensure_local
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, attr) for name, attr in dtypes.TORCH.items()
@@ -53,14 +54,9 @@ def _read(store: ChunkStore, t: Tensor) -> torch.Tensor:
 
 
 def _tensors(repo: Repo, store: ChunkStore, v: Version) -> dict[str, Tensor]:
-    found = tensors(contents.manifests(repo, store.reader, v.id, v.kind))
-    missing = store.missing([h for t in found.values() for h in t.hashes])
-    if missing:
-        raise MgitError(
-            f"{len(missing)} tensor object(s) of {v.path or v.id[:10]} are not here; "
-            "run `git mgit fetch`"
-        )
-    return found
+    ms = contents.manifests(repo, store.reader, v.id, v.kind)
+    ensure_local(store, {f"{v.path or v.id[:10]}/{rel}".rstrip("/"): m for rel, m in ms.items()})
+    return tensors(ms)
 
 
 @dataclass

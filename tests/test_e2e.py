@@ -112,7 +112,7 @@ def push_pull_clone(repo: Path, remote: Remote, tmp_path: Path) -> None:
     run_git("remote", "add", "origin", remote.url, cwd=repo)
     run_git("push", "-q", "-u", "origin", "main", cwd=repo)
     refs = run_git("ls-remote", remote.url, cwd=repo).stdout
-    assert "refs/mgit/objects/" in refs
+    assert "refs/mgit/v/" in refs and "refs/mgit/objects/" not in refs
     other = clone(remote.url, tmp_path / "other")
     assert (other / "model.safetensors").read_bytes() == v1
     assert status_porcelain(other) == ""
@@ -264,7 +264,7 @@ def test_missing_object_without_remote_is_a_clear_error(
     run_git("push", "-q", "--no-verify", "origin", "main", cwd=repo)
     proc = run_git("clone", "-q", bare_remote.url, str(tmp_path / "c"), cwd=tmp_path, check=False)
     assert proc.returncode != 0
-    assert "model.safetensors" in proc.stderr and "missing" in proc.stderr
+    assert "model.safetensors" in proc.stderr and "no remote has them" in proc.stderr
     assert not (tmp_path / "c" / "model.safetensors").exists()
 
 
@@ -412,7 +412,8 @@ def test_explicit_fetch_and_push_commands(repo: Path, bare_remote: Remote, tmp_p
     other = tmp_path / "other"
     run_git("clone", "-q", "--no-checkout", bare_remote.url, str(other), cwd=tmp_path)
     mgit("fetch", cwd=other)
-    assert run_git("for-each-ref", "refs/mgit/objects/", cwd=other).stdout
+    assert run_git("for-each-ref", "refs/mgit/v/", cwd=other).stdout
+    run_git("remote", "set-url", "origin", str(tmp_path / "gone"), cwd=other)  # offline now
     run_git("checkout", "-q", "main", cwd=other)
     assert (other / "model.safetensors").read_bytes() == v1
 

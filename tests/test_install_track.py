@@ -173,12 +173,10 @@ def test_ensure_repo_adds_refspecs_for_every_remote_and_then_does_nothing(repo):
     assert changes
     assert git("config", "--get-all", "remote.origin.fetch").splitlines() == [
         "+refs/heads/*:refs/remotes/origin/*",
-        "+refs/mgit/objects/*:refs/mgit/objects/*",
         "+refs/notes/mgit*:refs/notes/mgit-remotes/origin*",
     ]
     assert git("config", "--get-all", "remote.up.stream.fetch").splitlines() == [
         "+refs/heads/main:refs/remotes/up/main",
-        "+refs/mgit/objects/*:refs/mgit/objects/*",
         "+refs/notes/mgit*:refs/notes/mgit-remotes/up.stream*",
     ]
     assert git("config", "--get-all", "notes.rewriteRef").splitlines() == [
@@ -214,9 +212,18 @@ def test_ensure_repo_picks_up_a_remote_added_later(repo):
     setup.ensure_repo(find_repo())
     git("remote", "add", "late", "/srv/late.git")
     assert setup.ensure_repo(find_repo()) == [
-        "remote late: fetch +refs/mgit/objects/*:refs/mgit/objects/*",
         "remote late: fetch +refs/notes/mgit*:refs/notes/mgit-remotes/late*",
     ]
+
+
+def test_ensure_repo_drops_the_fetch_everything_refspec_of_earlier_versions(repo):
+    """Earlier versions fetched every tensor object with every fetch; objects come on demand now."""
+    git("remote", "add", "origin", "/srv/origin.git")
+    git("config", "--add", "remote.origin.fetch", setup.LEGACY_OBJECTS_REFSPEC)
+    changes = setup.ensure_repo(find_repo())
+    assert "remote origin: objects are fetched on demand now, not by every fetch" in changes
+    assert setup.LEGACY_OBJECTS_REFSPEC not in git("config", "--get-all", "remote.origin.fetch")
+    assert setup.ensure_repo(find_repo()) == []
 
 
 def test_object_trees_are_marked_minus_delta(repo):

@@ -245,16 +245,23 @@ def test_folder_models_and_a_file_against_a_folder(repo: Path) -> None:
     )
 
 
-def test_missing_object_is_a_one_line_error(repo: Path, tmp_path: Path) -> None:
+def test_missing_objects_are_fetched_else_a_one_line_error(repo: Path, tmp_path: Path) -> None:
     a, b = (RNG.standard_normal(2000).astype(np.float32) for _ in range(2))
     commit_files(repo, {"a.safetensors": save({"w": a}), "b.safetensors": save({"w": b})}, "ab")
-    clone = tmp_path / "clone"  # a plain clone: manifests, but no tensor objects
+    clone = tmp_path / "clone"  # a clone that checked nothing out: manifests, no tensor objects
     run_git("clone", "-q", "--no-checkout", str(repo), str(clone), cwd=tmp_path)
+    stat = mgit("diff", "HEAD:a.safetensors", "HEAD:b.safetensors", "--stat", cwd=clone)
+    assert stat.stdout.splitlines()[-1] == "1 changed"  # --stat reads manifests only
+    assert not run_git("for-each-ref", "refs/mgit/", cwd=clone).stdout
+    run_git("remote", "rename", "origin", "gone", cwd=clone)
+    run_git("remote", "set-url", "gone", str(tmp_path / "nowhere"), cwd=clone)
     proc = mgit("diff", "HEAD:a.safetensors", "HEAD:b.safetensors", cwd=clone, check=False)
     assert proc.returncode == 2
-    assert "git mgit fetch" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    stat = mgit("diff", "HEAD:a.safetensors", "HEAD:b.safetensors", "--stat", cwd=clone)
-    assert stat.stdout.splitlines()[-1] == "1 changed"
+    assert "a.safetensors" in proc.stderr and "gone could not be reached" in proc.stderr
+    assert "git mgit fetch gone" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    run_git("remote", "set-url", "gone", str(repo), cwd=clone)
+    full = mgit("diff", "HEAD:a.safetensors", "HEAD:b.safetensors", cwd=clone)  # fetched now
+    assert full.stdout.splitlines()[-1] == "1 changed"
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ import dataclasses
 import json
 import math
 
-from git_mgit.errors import MgitError
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import ModelDiff, TensorChange, diff_manifests
@@ -103,17 +102,11 @@ def run(args: argparse.Namespace) -> int:
         a = contents.manifests(lin.repo, store.reader, old.id, old.kind)
         b = contents.manifests(lin.repo, store.reader, new.id, new.kind)
         if not args.stat:
-            hashes = [
-                h
-                for m in (*a.values(), *b.values())
-                for s in m.tensors().values()
-                for h in s.hashes
-            ]
-            if missing := store.missing(hashes):
-                raise MgitError(
-                    f"{len(missing)} tensor object(s) of {args.old} / {args.new} are not in this "
-                    "repository; run `git mgit fetch` (or use --stat, which reads none)"
-                )
+            from git_mgit.transfer.fetch import ensure_local
+
+            wanted = {f"{args.old}:{rel}".rstrip(":"): m for rel, m in a.items()}
+            wanted |= {f"{args.new}:{rel}".rstrip(":"): m for rel, m in b.items()}
+            ensure_local(store, wanted)
         progress = Progress(f"git-mgit: comparing {args.old} and {args.new}")
         try:
             d = diff_manifests(store, a, b, values=not args.stat, progress=progress)

@@ -19,6 +19,7 @@ from git_mgit.repack.estimate import estimate
 from git_mgit.repoconfig import load as load_config
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.usage import Row, Usage, measure
+from git_mgit.transfer import availability
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +65,7 @@ def _as_json(u: Usage) -> dict:
         "codecs": rows(u.codecs),
         "depths": {str(d): n for d, n in sorted(u.depths.items())},
         "missing": u.missing,
+        "remote_only": u.remote_only,
         "stored": u.stored,
     }
 
@@ -73,7 +75,10 @@ def run(args: argparse.Namespace) -> int:
     store = ChunkStore(repo)
     try:
         folders = load_config(repo.worktree).folders()
-        usage = measure(repo, store, folders, args.rev or HISTORY_REVS)
+        found = availability.known(repo)
+        usage = measure(
+            repo, store, folders, args.rev or HISTORY_REVS, lambda v: found.holder(v) is not None
+        )
         plan = None if args.no_plan or not usage.models else _repack(repo, store, folders)
     finally:
         store.close()
@@ -100,6 +105,11 @@ def run(args: argparse.Namespace) -> int:
             f"`git mgit repack` would store {format_size(plan['planned'])} of the "
             f"{format_size(plan['now'])} it re-plans ({format_size(plan['saving'])} less)"
         )
+    if usage.remote_only:
+        print(
+            f"{usage.remote_only} object(s) are on a remote only (not counted): checkouts fetch "
+            "them, `git mgit fetch --all` brings them all"
+        )
     if usage.missing:
-        print(f"{usage.missing} object(s) are not here: `git mgit fetch` brings them")
+        print(f"{usage.missing} object(s) are missing and no remote has them (see `git mgit fsck`)")
     return 0

@@ -10,10 +10,9 @@ unreachable.
 from __future__ import annotations
 
 import argparse
-import time
 
 from git_mgit import config
-from git_mgit.gitcmd import Repo, find_repo
+from git_mgit.gitcmd import Repo, approxidate, find_repo
 from git_mgit.progress import format_size
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
@@ -31,18 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", "-n", action="store_true", help="report what would be dropped")
 
 
-def cutoff(repo: Repo, when: str) -> int:
-    """Unix time before which an unreferenced object may go (git's date syntax)."""
-    if when == "now":
-        return int(time.time()) + 1
-    out = repo.git("rev-parse", f"--since={when}")
-    return int(out.split("=", 1)[1])
-
-
 def run(args: argparse.Namespace) -> int:
     repo = find_repo()
     grace = args.prune or config.load(repo).gc_grace
-    limit = cutoff(repo, grace)
+    limit = approxidate(repo, grace)
     store = ChunkStore(repo)
     try:
         store.cache.rebuild()

@@ -9,6 +9,7 @@ from git_mgit.gitcmd import find_repo
 from git_mgit.progress import format_size
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tracked import tracked_files
+from git_mgit.transfer import availability
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def file_stats(store: ChunkStore, m) -> dict:
+def file_stats(store: ChunkStore, m, remote: str | None = None) -> dict:
+    """Sizes and chain depth of one version; `remote` publishes it (for what is not here)."""
     hashes = list(dict.fromkeys(c.content_hash for c in m.chunks()))
     located = {h: store.locate(h) for h in hashes}
     present = [h for h in hashes if located[h]]
@@ -27,6 +29,7 @@ def file_stats(store: ChunkStore, m) -> dict:
         "stored": sum(located[h][1] for h in present),
         "objects": len(hashes),
         "missing": len(hashes) - len(present),
+        "remote": remote if len(present) < len(hashes) else None,
         "max_depth": max(depths, default=0),
     }
 
@@ -36,8 +39,10 @@ def run(args: argparse.Namespace) -> int:
     store = ChunkStore(repo)
     try:
         rows = []
+        found = availability.known(repo)
         for f in tracked_files(repo, store.reader, args.rev):
-            stats = file_stats(store, f.manifest) if f.manifest else {"kind": "plain blob"}
+            holder = found.holder(f.blob)
+            stats = file_stats(store, f.manifest, holder) if f.manifest else {"kind": "plain blob"}
             rows.append({"path": f.path, **stats})
     finally:
         store.close()
@@ -56,7 +61,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r['path']:<{width}}  {r['kind']:<11} (committed before tracking; re-add it)")
             continue
         ratio = f"{r['raw'] / r['stored']:.2f}x" if r["stored"] else "-"
-        missing = f"  {r['missing']} missing (run `git mgit fetch`)" if r["missing"] else ""
+        missing = ""
+        if r["missing"] and r["remote"]:
+            missing = (
+                f"  {r['missing']} on {r['remote']}, not fetched (`git mgit fetch` brings them)"
+            )
+        elif r["missing"]:
+            missing = f"  {r['missing']} missing, on no remote (see `git mgit fsck`)"
         print(
             f"{r['path']:<{width}}  {r['kind']:<11} {format_size(r['raw']):>10} {format_size(r['stored']):>10}"
             f" {ratio:>6} {r['objects']:>7} {r['max_depth']:>5}{missing}"

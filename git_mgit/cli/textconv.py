@@ -20,7 +20,7 @@ from pathlib import Path
 from git_mgit import config, hashing
 from git_mgit import manifest as mf
 from git_mgit.clean import clean
-from git_mgit.errors import MgitError, NotSafetensors
+from git_mgit.errors import NotSafetensors
 from git_mgit.gitcmd import find_repo
 from git_mgit.progress import format_size
 from git_mgit.safetensors_format import header_length, parse_header
@@ -106,12 +106,9 @@ def _describe_stored(m: mf.Manifest) -> str:
     store = ChunkStore(find_repo())
     try:
         # git caches what this prints per version: never describe what is not here.
-        missing = store.missing([c.content_hash for c in m.chunks()])
-        if missing:
-            raise MgitError(
-                f"{len(missing)} tensor object(s) of a model version in this diff are missing, "
-                f"e.g. {hashing.to_text(missing[0])}; run `git mgit fetch`"
-            )
+        from git_mgit.transfer.fetch import ensure_local
+
+        ensure_local(store, {"a model version in this diff": m})
         meta = None
         if m.kind == "safetensors":
             header = next(s for s in m.segments if s.kind == "header")

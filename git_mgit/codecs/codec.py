@@ -16,7 +16,7 @@ import zstandard
 from git_mgit.codecs import planes
 from git_mgit.codecs.decoder import DELTA_OPS
 from git_mgit.codecs.objectformat import Codec, FrameMode, ObjectHeader
-from git_mgit.codecs.planes import Op
+from git_mgit.codecs.planes import Buffer, Op
 from git_mgit.codecs.workers import parallel_map
 
 FRAME_SIZE = 1 << 20  # per-plane zstd frame: >= 1 MiB loses nothing in ratio
@@ -159,6 +159,29 @@ def sample(buf: memoryview, width: int) -> memoryview:
             for i in range(_SAMPLE_WINDOWS)
         )
     )
+
+
+def sampled(raw: Buffer, dtype: str) -> tuple[memoryview, float]:
+    """A chunk's sample windows and the factor that scales sizes measured on them to the chunk."""
+    view = memoryview(raw).cast("B")
+    width, _ = layout(dtype, len(view))
+    smp = sample(view, width)
+    return smp, len(view) / max(len(smp), 1)
+
+
+def estimate_whole(sample: memoryview, dtype: str) -> float:
+    """What the chunk a sample stands for stores standalone, per sampled byte times its length."""
+    sizes = estimate(sample, dtype)
+    return sizes[standalone(sizes)]
+
+
+def estimate_delta(sample: memoryview, dtype: str, base_sample: memoryview) -> float:
+    """What encode() would store for the sample's chunk given this base (standalone where the
+    delta does not pay)."""
+    sizes = estimate(sample, dtype, base_sample)
+    whole = sizes[standalone(sizes)]
+    delta = min(sizes[Codec.XOR], sizes[Codec.SUB])
+    return delta if delta < whole * DELTA_GAIN else whole
 
 
 def estimate(

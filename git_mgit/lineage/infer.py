@@ -299,7 +299,7 @@ def _models(lineage: Lineage, store: ChunkStore) -> dict[str, Model]:
     if skipped:
         print(
             f"git-mgit: warning: {skipped} version(s) left out: their manifests or tensor "
-            "objects are not here (run `git mgit fetch`)",
+            "objects are not here (`git mgit fetch --all` brings them)",
             file=sys.stderr,
         )
     return models

@@ -81,14 +81,6 @@ class Costed:
         return StorageGraph(self.graph.n, edges, self.graph.groups)
 
 
-def _sample(store: ChunkStore, h: bytes, dtype: str) -> tuple[memoryview, float]:
-    """The chunk's sample windows (decoded and verified) and the factor to scale sizes by."""
-    raw = memoryview(store.get_raw(h))
-    width, _ = codec.layout(dtype, len(raw))
-    sample = codec.sample(raw, width)
-    return sample, len(raw) / max(len(sample), 1)
-
-
 def measure(store: ChunkStore, sv: Survey, budgets: Budgets) -> Costed:
     nodes = list(sv.chunks)
     index = {h: i for i, h in enumerate(nodes)}
@@ -115,7 +107,7 @@ def measure(store: ChunkStore, sv: Survey, budgets: Budgets) -> Costed:
             samples = {}
             for h in component:
                 info = sv.chunks[h]
-                samples[h] = _sample(store, h, info.dtype)
+                samples[h] = codec.sampled(store.get_raw(h), info.dtype)
                 progress.update(info.length)
             for h in component:
                 dtype = sv.chunks[h].dtype
@@ -123,8 +115,7 @@ def measure(store: ChunkStore, sv: Survey, budgets: Budgets) -> Costed:
                 # The object as it is stored now counts at its real size, not an estimate
                 # (a `qdelta` object is smaller than any lossless estimate says).
                 base_now, size = store.chain_of(h)[0], float(store.locate(h)[1])
-                sizes = codec.estimate(sample, dtype)
-                whole = sizes[codec.standalone(sizes)] * scale
+                whole = codec.estimate_whole(sample, dtype) * scale
                 add(ROOT, index[h], whole, size if base_now is None else None)
                 for base in into.get(h, ()):
                     sizes = codec.estimate(sample, dtype, samples[base][0])

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,10 +34,9 @@ from git_mgit.repack.costs import Costed
 from git_mgit.repack.survey import Survey
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.decoded import DecodedChunks
 from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_tips
 from git_mgit.store.packwriter import PackWriter
-
-_KEEP_DECODED = 4  # decoded chunks kept for the next delta (bases come right before)
 
 
 @dataclass
@@ -49,23 +47,6 @@ class Outcome:
     before: int = 0  # stored bytes of the planned chunks
     after: int = 0
     anchor: str | None = None
-
-
-class _Decoded:
-    """A few decoded chunks, most recently used last."""
-
-    def __init__(self, store: ChunkStore) -> None:
-        self.store = store
-        self.cache: OrderedDict[bytes, bytearray] = OrderedDict()
-
-    def get(self, h: bytes) -> bytearray:
-        raw = self.cache.pop(h, None)
-        if raw is None:
-            raw = self.store.get_raw(h)
-        self.cache[h] = raw
-        while len(self.cache) > _KEEP_DECODED:
-            self.cache.popitem(last=False)
-        return raw
 
 
 @contextmanager
@@ -115,7 +96,7 @@ def apply(store: ChunkStore, sv: Survey, costed: Costed, plan: Plan) -> Outcome:
         out = Outcome()
         written: dict[bytes, tuple[bytes, int]] = {}  # hash -> (oid20, stored size)
         depth: dict[bytes, int] = {}
-        decoded = _Decoded(store)
+        decoded = DecodedChunks(store)
         pack = PackWriter(repo.objects_dir)
         progress = Progress("repacking", sum(c.length for c in sv.chunks.values()))
         try:

@@ -26,12 +26,13 @@ def write_anchor(
     objects: Sequence[tuple[bytes, bytes]],
     parents: Sequence[str] = (),
     timestamp: int | None = None,
+    message: str | None = None,
 ) -> str:
     """Add the fan-out trees and the anchor commit for (content hash, oid20) pairs to `pack`.
 
     Returns the commit id (hex). The caller finishes the pack, then calls set_ref().
     The commit time is the objects' age for gc; a fixed `timestamp` makes the
-    anchor a pure function of its objects (used for push anchors).
+    anchor a pure function of its objects and message (version refs).
     """
     level2: dict[str, dict[str, list[tuple[str, bytes, bytes]]]] = defaultdict(
         lambda: defaultdict(list)
@@ -46,7 +47,7 @@ def write_anchor(
         ]
         top.append((TREE, a.encode(), pack.add("tree", [tree_body(mid)])))
     root = pack.add("tree", [tree_body(top)])
-    msg = f"git-mgit objects\n\n{len(objects)} tensor objects\n"
+    msg = message or f"git-mgit objects\n\n{len(objects)} tensor objects\n"
     return pack.add(
         "commit",
         [

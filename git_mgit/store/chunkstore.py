@@ -100,6 +100,10 @@ class ChunkStore:
             out.append((oid, size, *header))
         return out
 
+    def holders(self, content_hash: bytes) -> list[tuple[str, int, bytes | None]]:
+        """(oid, stored size, delta base or None) of every object here holding the chunk."""
+        return [(oid, size, base) for oid, size, base, _ in self._candidates(content_hash)]
+
     def _read_header(self, oid: str) -> ObjectHeader | None:
         from git_mgit.codecs.decoder import read_header
 
@@ -224,17 +228,26 @@ class ChunkStore:
         the objects holding the chunk to start from (fsck checks each one).
         """
         levels: list[Level] = []
+        seen: set[str] = set()  # objects on the chain: a forced top may share its chunk
         h: bytes | None = content_hash
         while h is not None:
-            if h in (lv.header.content_hash for lv in levels) or len(levels) > 255:
+            at = oid if not levels and oid is not None else self._chosen(h)
+            if at in seen or len(levels) > 255:
                 raise ObjectCorrupt(
                     f"object {hashing.to_text(content_hash)} has a cyclic delta chain"
                 )
-            levels.append(self.level(h, oid if not levels else None))
+            seen.add(at)
+            levels.append(self.level(h, at))
             h = levels[-1].header.base_hash
             if known is not None and h == known[0]:
                 return codecs.ChunkDecoder(levels[::-1], known[1])
         return codecs.ChunkDecoder(levels[::-1])
+
+    def _chosen(self, content_hash: bytes) -> str:
+        found = self.resolve(content_hash)
+        if found is None:
+            raise ObjectMissing(f"object {hashing.to_text(content_hash)} is not in this repository")
+        return found.oid
 
     def get_raw(self, content_hash: bytes) -> bytearray:
         """Decode a whole chunk, verifying every level of its delta chain."""

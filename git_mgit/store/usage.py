@@ -10,12 +10,13 @@ counted for it, so stored / raw is the compression they get.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage import contents, history
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.gitobjects import object_id
 
 
 @dataclass
@@ -36,14 +37,23 @@ class Usage:
     tensors: dict[tuple[str, str], Row] = field(default_factory=dict)  # (model path, tensor)
     codecs: dict[str, Row] = field(default_factory=dict)
     depths: Counter = field(default_factory=Counter)  # chain depth -> objects
-    missing: int = 0  # objects a manifest names that are not here
+    missing: int = 0  # objects a manifest names that are not here, nor on a remote
+    remote_only: int = 0  # objects not here that a remote publishes
 
     @property
     def stored(self) -> int:
         return sum(r.stored for r in self.codecs.values())
 
 
-def measure(repo: Repo, store: ChunkStore, folders: Iterable[str], revs: Iterable[str]) -> Usage:
+def measure(
+    repo: Repo,
+    store: ChunkStore,
+    folders: Iterable[str],
+    revs: Iterable[str],
+    on_remote: Callable[[str], bool] = lambda version: False,
+) -> Usage:
+    """Usage over the versions in `revs`; `on_remote(manifest blob id)` says which versions a
+    remote publishes, so their objects that are not here count as remote-only."""
     hist = history.read(repo, folders, revs)
     out = Usage()
     seen: set[bytes] = set()
@@ -53,6 +63,7 @@ def measure(repo: Repo, store: ChunkStore, folders: Iterable[str], revs: Iterabl
         model.count += 1
         model.raw += sum(m.size for m in found.values())
         for rel, manifest in found.items():
+            remote = None
             for chunk in manifest.chunks():
                 h = chunk.content_hash
                 if h in seen:
@@ -60,7 +71,12 @@ def measure(repo: Repo, store: ChunkStore, folders: Iterable[str], revs: Iterabl
                 seen.add(h)
                 located = store.locate(h)
                 if located is None:
-                    out.missing += 1
+                    if remote is None:
+                        remote = on_remote(object_id("blob", [manifest.render()]).hex())
+                    if remote:
+                        out.remote_only += 1
+                    else:
+                        out.missing += 1
                     continue
                 header = store.level(h).header
                 stored = located[1]

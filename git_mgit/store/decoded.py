@@ -1,0 +1,37 @@
+"""A few decoded chunks kept for the next delta: walks over versions decode each once.
+
+Consecutive versions of a tensor are stored as deltas of each other, so a
+walk over them in order finds each chunk's base among the last few it
+decoded: the chain stops there (ChunkStore.decoder's `known`), and a chunk
+costs one level of decoding, not its whole chain.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from git_mgit import codecs
+from git_mgit.store.chunkstore import ChunkStore
+
+KEEP = 4
+
+
+class DecodedChunks:
+    def __init__(self, store: ChunkStore, keep: int = KEEP) -> None:
+        self.store = store
+        self.keep = keep
+        self._raw: OrderedDict[bytes, bytearray] = OrderedDict()
+
+    def get(self, h: bytes) -> bytearray:
+        """The chunk's verified bytes, decoded through the last chunks kept where it can."""
+        raw = self._raw.pop(h, None)
+        if raw is None:
+            known = None
+            found = self.store.resolve(h)
+            if found is not None and found.base in self._raw:
+                known = (found.base, self._raw[found.base])
+            raw = codecs.decode_all(self.store.decoder(h, known))
+        self._raw[h] = raw
+        while len(self._raw) > self.keep:
+            self._raw.popitem(last=False)
+        return raw

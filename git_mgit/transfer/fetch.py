@@ -1,0 +1,137 @@
+"""On-demand fetch: the objects the wanted model versions need, in one batch per remote.
+
+One `git ls-remote` lists the remote's version refs; the closure of the
+wanted versions along their bases (minus what is complete here) is fetched
+with one `git fetch` of exact ref names, which git's negotiation trims to the
+objects this clone lacks. A remote that predates version refs gets its
+anchors fetched whole, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from git_mgit import manifest as mf
+from git_mgit.errors import ObjectMissing
+from git_mgit.gitcmd import GitError
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.gitobjects import object_id
+from git_mgit.store.lookup import ANCHOR_PREFIX, VERSION_PREFIX, anchor_tips
+from git_mgit.transfer import notes
+from git_mgit.transfer.remotes import RemoteUnreachable, candidates, list_versions, transfer
+from git_mgit.transfer.versions import Published
+
+_ROUNDS = 3  # a ref re-published between our listing and our fetch: list again
+_LEGACY_SPEC = f"+{ANCHOR_PREFIX}*:{ANCHOR_PREFIX}*"
+
+
+def version_id(manifest_bytes: bytes) -> str:
+    """The object id git gives a manifest blob: the version's name."""
+    return object_id("blob", [manifest_bytes]).hex()
+
+
+@dataclass
+class Outcome:
+    refs: int = 0  # version refs fetched
+    unreachable: dict[str, str] = field(default_factory=dict)  # remote -> why
+    missing: dict[str, mf.Manifest] = field(default_factory=dict)  # still not here, by version
+
+
+def missing_versions(
+    store: ChunkStore, wanted: Mapping[str, mf.Manifest]
+) -> dict[str, mf.Manifest]:
+    return {v: m for v, m in wanted.items() if store.missing([c.content_hash for c in m.chunks()])}
+
+
+def fetch_versions(
+    store: ChunkStore, wanted: Mapping[str, mf.Manifest], remote: str | None = None
+) -> Outcome:
+    """Fetch what checking out `wanted` (version id -> manifest) needs and is not here.
+
+    Tries `remote`, else the default remote, then the others, until nothing is
+    missing; merges each remote's lineage notes on the way. Never raises for
+    an unreachable remote: the outcome says which were, and what is still missing.
+    """
+    out = Outcome(missing=missing_versions(store, wanted))
+    repo = store.repo
+    for name in [remote] if remote else candidates(repo):
+        if not out.missing:
+            break
+        try:
+            out.refs += _fetch_from(store, name, out.missing)
+        except RemoteUnreachable as exc:
+            out.unreachable[name] = str(exc)
+            continue
+        store.invalidate()
+        out.missing = missing_versions(store, out.missing)
+    return out
+
+
+def ensure_local(store: ChunkStore, wanted: Mapping[str, mf.Manifest]) -> None:
+    """Fetch what the manifests in `wanted` (a name for messages -> manifest) lack, in one
+    batch; raise ObjectMissing naming the first still missing objects, and what to do.
+
+    Commands that read tensors call this first (diff, test, query, load, ...).
+    """
+    by_version = {version_id(m.render()): (name, m) for name, m in wanted.items()}
+    if not missing_versions(store, {v: m for v, (_, m) in by_version.items()}):
+        return
+    out = fetch_versions(store, {v: m for v, (_, m) in by_version.items()})
+    if out.missing:
+        v = next(iter(out.missing))
+        raise missing_error(by_version[v][0], store, out.missing[v], out)
+
+
+def missing_error(path: str, store: ChunkStore, m: mf.Manifest, out: Outcome) -> ObjectMissing:
+    """One line naming the file, why its objects are not here, and what to run."""
+    count = len(store.missing([c.content_hash for c in m.chunks()]))
+    if out.unreachable:
+        name, why = next(iter(out.unreachable.items()))
+        return ObjectMissing(
+            f"{path}: {count} tensor object(s) are not here and {why}; "
+            f"reconnect, then run `git mgit fetch {name}` (a checkout: `git checkout -- {path}`)"
+        )
+    return ObjectMissing(
+        f"{path}: {count} tensor object(s) are not here and no remote has them; "
+        "push them from the clone that has them (`git push` there), then `git mgit fetch`"
+    )
+
+
+def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest]) -> int:
+    """One listing and one fetch (again if the remote changed in between); refs fetched."""
+    repo = store.repo
+    complete: dict[str, bool] = {}
+
+    def here(version: str) -> bool:
+        if version not in complete:
+            data = store.reader.read(version)
+            m = mf.parse(bytes(data)) if data is not None and mf.looks_like_manifest(data) else None
+            complete[version] = m is not None and not store.missing(
+                [c.content_hash for c in m.chunks()]
+            )
+        return complete[version]
+
+    for attempt in range(_ROUNDS):
+        listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*")
+        published = Published.from_listing(listing)
+        local = anchor_tips(repo, (VERSION_PREFIX,))
+        refs = [r for r in published.closure(wanted, here) if local.get(r.name) != r.commit]
+        specs = [f"+{r.name}:{r.name}" for r in refs]
+        notes_spec = notes.notes_refspec(remote)
+        unpublished = [v for v in wanted if not published.holds(v)]
+        if unpublished and any(name.startswith(ANCHOR_PREFIX) for name in listing):
+            specs.append(_LEGACY_SPEC)  # pushed before version refs existed: every anchor
+        if not specs:
+            return 0
+        try:
+            transfer(
+                repo, "fetch", "--no-tags", "--no-write-fetch-head", remote, *specs, notes_spec
+            )
+        except GitError as exc:
+            if "couldn't find remote ref" in exc.detail and attempt + 1 < _ROUNDS:
+                continue  # re-published meanwhile: list again
+            raise RemoteUnreachable(f"fetching from {remote} failed ({exc})") from exc
+        notes.merge(repo, notes.remote_notes_ref(remote))
+        return len(refs)
+    return 0

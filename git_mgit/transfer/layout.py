@@ -1,0 +1,207 @@
+"""How a push lays model versions out on a remote, planned from estimates before writing.
+
+The version at a pushed tip is published whole; every other version may be
+published as deltas of a newer version of its path (its base), when that
+saves at least 10% and its fetch cost (its own objects plus its base's,
+recursively) stays within the budget times its size, and its chain within
+mgit.maxChainDepth versions. Versions are decided newest first, so a base's
+cost is known when its older versions choose it. The remote's previous tip,
+whole until now, may be re-published as a delta of the first new version
+after it under the same rule, counting the versions already chained onto it.
+
+Sizes are estimated the way the encoder decides: on the chunks' sample
+windows (codec.estimate_*), decoding each chunk once, one tensor at a time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from git_mgit import manifest as mf
+from git_mgit.codecs import codec
+from git_mgit.progress import Progress
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.decoded import DecodedChunks
+from git_mgit.transfer.history import Version
+
+SAVING = 0.9  # a delta version must store at most this much of its whole size
+
+# A chunk's place in a version: (tensor name or segment kind, chunk index, dtype, length).
+Key = tuple[str, int, str, int]
+
+
+def keyed(m: mf.Manifest) -> dict[Key, mf.Chunk]:
+    return {
+        (c.segment.name or c.segment.kind, c.index, c.segment.dtype or "", c.length): c
+        for c in m.chunks()
+    }
+
+
+def hashes(m: mf.Manifest) -> set[bytes]:
+    return {c.content_hash for c in m.chunks()}
+
+
+@dataclass
+class Candidates:
+    """What a push may publish, and how its versions may lean on each other."""
+
+    versions: dict[str, Version]  # every version involved, by id
+    publish: list[str]  # versions to publish, oldest first
+    tips: set[str]  # must be published whole
+    children: dict[str, list[str]] = field(default_factory=dict)  # version -> possible bases
+    rotations: dict[str, int] = field(
+        default_factory=dict
+    )  # remote's whole version -> levels hanging on it
+    replaced: dict[str, str] = field(default_factory=dict)  # rotation -> remote ref it replaces
+    retire: dict[str, str] = field(default_factory=dict)  # whole refs no tip needs any more
+
+    def order(self) -> list[str]:
+        """Every version to decide, oldest first (rotations before what they lean on)."""
+        return [*self.rotations, *(v for v in self.publish if v not in self.rotations)]
+
+
+@dataclass
+class Estimates:
+    raw: dict[str, int] = field(default_factory=dict)  # version -> its size as a file
+    whole: dict[str, float] = field(default_factory=dict)  # version -> stored whole
+    delta: dict[tuple[str, str], float] = field(
+        default_factory=dict
+    )  # (version, base) -> stored as its delta
+
+
+@dataclass(frozen=True)
+class Choice:
+    base: str | None  # None: published whole
+    cost: float  # estimated bytes its checkout fetches into an empty clone
+    levels: int  # versions below it on its chain
+
+
+@dataclass
+class Plan:
+    choices: dict[str, Choice]  # every version to (re)publish
+    replaced: dict[str, str]  # re-published version -> the remote ref it replaces
+
+    def push_order(self) -> list[str]:
+        """Bases before the versions leaning on them, so a remote never lacks a base."""
+        done: list[str] = []
+        seen: set[str] = set()
+
+        def visit(v: str) -> None:
+            if v in seen:
+                return
+            seen.add(v)
+            base = self.choices[v].base
+            if base is not None and base in self.choices:
+                visit(base)
+            done.append(v)
+
+        for v in sorted(self.choices, key=lambda v: self.choices[v].levels):
+            visit(v)
+        return done
+
+
+def decide(cands: Candidates, est: Estimates, budget: float, max_levels: int) -> Plan:
+    """Choose, newest first, whole or a base for every candidate version."""
+    choices: dict[str, Choice] = {}
+    replaced: dict[str, str] = {}
+    for v in reversed(cands.order()):
+        whole = Choice(None, est.whole[v], 0)
+        best = whole
+        if v not in cands.tips:
+            for n in cands.children.get(v, ()):
+                below = choices.get(n)
+                r = est.delta.get((v, n))
+                if below is None or r is None or r > SAVING * est.whole[v]:
+                    continue
+                hang = cands.rotations.get(v, 0) * r  # older versions chained onto it
+                option = Choice(n, r + below.cost, below.levels + 1)
+                fits = option.levels <= max_levels and hang + option.cost <= budget * est.raw[v]
+                if fits and (best.base is None or r < est.delta[v, best.base]):
+                    best = option
+        if v in cands.rotations:
+            if best.base is None:
+                continue  # stays as the remote has it
+            replaced[v] = cands.replaced[v]
+        choices[v] = best
+    return Plan(choices, {**cands.retire, **replaced})
+
+
+def groups(
+    cands: Candidates, versions: list[str]
+) -> Iterator[tuple[Key, list[tuple[str, mf.Chunk]]]]:
+    """Per chunk key, the versions that have it (in `versions` order) with their chunk.
+
+    One tensor at a time: memory holds one key's chunks across versions.
+    """
+    by_key: dict[Key, list[tuple[str, mf.Chunk]]] = defaultdict(list)
+    for v in versions:
+        for key, chunk in keyed(cands.versions[v].manifest).items():
+            by_key[key].append((v, chunk))
+    yield from by_key.items()
+
+
+def estimate(store: ChunkStore, cands: Candidates) -> Estimates:
+    """Estimated sizes: each version whole, and each (version, possible base) as its delta."""
+    order = cands.order()
+    involved = list(dict.fromkeys([*order, *(n for v in order for n in cands.children.get(v, ()))]))
+    est = Estimates()
+    whole_of: dict[bytes, float] = {}
+    delta_of: dict[tuple[bytes, bytes], float] = {}
+    pairs = [(v, n) for v in order for n in cands.children.get(v, ())]
+    total = sum(c.length for _, group in groups(cands, involved) for _, c in group)
+    progress = Progress("git-mgit: planning the push", total)
+    decoded = DecodedChunks(store)
+    try:
+        for key, group in groups(cands, involved):
+            samples: dict[bytes, tuple[memoryview, float]] = {}
+            for _, c in group:
+                h = c.content_hash
+                if h not in samples:
+                    smp, scale = codec.sampled(decoded.get(h), key[2])
+                    samples[h] = (memoryview(bytes(smp)), scale)
+                    found = store.resolve(h)
+                    if found is not None and found.base is None:
+                        whole_of[h] = found.size  # already stored whole here: its real size
+                    else:
+                        whole_of[h] = codec.estimate_whole(samples[h][0], key[2]) * scale
+                progress.update(c.length)
+            at = {v: c.content_hash for v, c in group}
+            for v, n in pairs:
+                a, b = at.get(v), at.get(n)
+                if a is not None and b is not None and a != b and (a, b) not in delta_of:
+                    smp, scale = samples[a]
+                    delta_of[a, b] = codec.estimate_delta(smp, key[2], samples[b][0]) * scale
+    finally:
+        progress.finish()
+    for v in involved:
+        m = cands.versions[v].manifest
+        est.raw[v] = m.size
+        est.whole[v] = sum(whole_of[h] for h in hashes(m))
+    for v, n in pairs:
+        est.delta[v, n] = own_cost(cands, v, n, whole_of, delta_of)
+    return est
+
+
+def own_cost(
+    cands: Candidates,
+    v: str,
+    n: str,
+    whole_of: dict[bytes, float],
+    delta_of: dict[tuple[bytes, bytes], float],
+) -> float:
+    """What v's own objects store as a delta version of n: chunks n has cost nothing, a chunk
+    with a counterpart in n its delta, the rest whole."""
+    theirs = keyed(cands.versions[n].manifest)
+    shared = hashes(cands.versions[n].manifest)
+    total = 0.0
+    seen: set[bytes] = set()
+    for key, c in keyed(cands.versions[v].manifest).items():
+        h = c.content_hash
+        if h in shared or h in seen:
+            continue
+        seen.add(h)
+        other = theirs.get(key)
+        total += whole_of[h] if other is None else delta_of[h, other.content_hash]
+    return total

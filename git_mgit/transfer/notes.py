@@ -1,0 +1,86 @@
+"""Lineage notes travel with every fetch and push.
+
+They are fetched beside ours (refs/notes/mgit-remotes/<remote>) by the
+refspec setup installs, and merged into refs/notes/mgit with `cat_sort_uniq`
+(records are sorted, de-duplicated lines), so concurrent edits never conflict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from git_mgit.errors import MgitError
+from git_mgit.gitcmd import GitError, Repo
+
+NOTES_REF = "refs/notes/mgit"
+NOTES_REMOTES = "refs/notes/mgit-remotes/"
+_PUSH_ATTEMPTS = 5
+
+
+def remote_notes_ref(remote: str) -> str:
+    return f"{NOTES_REMOTES}{remote}"
+
+
+def notes_refspec(remote: str) -> str:
+    """Fetch a remote's lineage notes beside ours (merged by `git mgit fetch` and fetches).
+
+    A glob, because a configured exact refspec fails every fetch from a remote
+    that has no notes yet.
+    """
+    return f"+{NOTES_REF}*:{remote_notes_ref(remote)}*"
+
+
+def fetch(repo: Repo, remote: str) -> None:
+    """Fetch the remote's notes and merge them into ours."""
+    repo.git(
+        "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, notes_refspec(remote)
+    )
+    merge(repo, remote_notes_ref(remote))
+
+
+def merge(repo: Repo, theirs: str) -> None:
+    """Fold fetched notes into refs/notes/mgit (union of sorted unique lines)."""
+    if not repo.git("rev-parse", "--verify", "--quiet", theirs, check=False):
+        return
+    if not repo.git("rev-parse", "--verify", "--quiet", NOTES_REF, check=False):
+        repo.git("update-ref", NOTES_REF, theirs)
+        return
+    repo.git(
+        *identity(repo),
+        "notes",
+        f"--ref={NOTES_REF}",
+        "merge",
+        "--quiet",
+        "-s",
+        "cat_sort_uniq",
+        theirs,
+    )
+
+
+def identity(repo: Repo) -> list[str]:
+    """Notes merges make commits: supply an identity only where git has none."""
+    if repo.git("var", "GIT_COMMITTER_IDENT", check=False):
+        return []
+    return ["-c", "user.name=git-mgit", "-c", "user.email=git-mgit@localhost"]
+
+
+def push(repo: Repo, remote: str) -> None:
+    """Push our notes; when someone else pushed notes meanwhile, merge theirs and retry."""
+    if repo.git("rev-parse", "--verify", "--quiet", NOTES_REF, check=False):
+        push_retrying(repo, remote, f"{NOTES_REF}:{NOTES_REF}", lambda: fetch(repo, remote))
+
+
+def push_retrying(repo: Repo, remote: str, refspec: str, on_reject: Callable[[], None]) -> None:
+    """Push, calling on_reject() and retrying when a concurrent push got in first."""
+    for _ in range(_PUSH_ATTEMPTS - 1):
+        try:
+            repo.git("push", "--quiet", "--no-verify", remote, refspec)
+            return
+        except GitError:
+            on_reject()
+    try:
+        repo.git("push", "--quiet", "--no-verify", remote, refspec)
+    except GitError as exc:
+        raise MgitError(
+            f"could not push {refspec} to {remote}: {exc}; run `git mgit push {remote}` again"
+        ) from exc

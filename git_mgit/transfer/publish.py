@@ -1,0 +1,134 @@
+"""Carry out a layout plan here: the objects it needs and the version refs that file them.
+
+Objects this clone already has in the planned form are reused (a chunk
+stored whole, or as a delta of the planned base); the rest are encoded from
+the chunks' verified bytes, walking each tensor's versions oldest first so
+that every chunk is decoded once. Version refs are written as deterministic
+commits (time 0) and created here, under their final names, in one
+transaction, before any push: a push only sends what exists locally.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from git_mgit import codecs
+from git_mgit.codecs.codec import Encoded
+from git_mgit.progress import Progress
+from git_mgit.store import anchors
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.decoded import DecodedChunks
+from git_mgit.store.packwriter import PackWriter
+from git_mgit.transfer.layout import Candidates, Plan, groups, hashes
+from git_mgit.transfer.versions import VersionRef
+
+
+@dataclass
+class Written:
+    ref: VersionRef  # with the commit that now holds it here
+    objects: dict[bytes, tuple[str, int]] = field(default_factory=dict)  # hash -> (oid, size)
+
+
+class _Objects:
+    """Objects for the plan: reused where this clone has them in the planned form."""
+
+    def __init__(self, store: ChunkStore, pack: PackWriter) -> None:
+        self.store, self.pack = store, pack
+        self.whole: dict[bytes, tuple[str, int]] = {}
+        self.delta: dict[tuple[bytes, bytes], tuple[str, int]] = {}
+        self.encoded = 0  # bytes of chunks encoded anew
+
+    def _existing(self, h: bytes, base: bytes | None) -> tuple[str, int] | None:
+        for oid, size, have in self.store.holders(h):
+            if have == base:
+                return oid, size
+        return None
+
+    def _add(self, enc: Encoded, length: int) -> tuple[str, int]:
+        self.encoded += length
+        return self.pack.add("blob", enc.parts).hex(), enc.size
+
+    def whole_of(self, h: bytes, raw: bytearray, dtype: str) -> tuple[str, int]:
+        if h not in self.whole:
+            found = self._existing(h, None)
+            if found is None:
+                found = self._add(codecs.encode(raw, dtype, h), len(raw))
+            self.whole[h] = found
+        return self.whole[h]
+
+    def delta_of(
+        self, h: bytes, raw: bytearray, base: bytes, base_raw: bytearray, depth: int, dtype: str
+    ) -> tuple[str, int]:
+        if (h, base) not in self.delta:
+            found = self._existing(h, base)
+            if found is None:
+                if h in self.whole:
+                    found = self.whole[h]
+                else:
+                    enc = codecs.encode(
+                        raw, dtype, h, codecs.Base(base_raw, base, depth), max_depth=255
+                    )
+                    found = self._add(enc, len(raw))
+                    if enc.header.base_hash is None:  # the delta did not pay: it is whole
+                        self.whole[h] = found
+            self.delta[h, base] = found
+        return self.delta[h, base]
+
+
+def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
+    """Write the plan's objects and version refs here; returns them in push order."""
+    involved = [v for v in cands.order() if v in plan.choices]
+    base_hashes = {
+        v: hashes(cands.versions[c.base].manifest) for v, c in plan.choices.items() if c.base
+    }
+    filed: dict[str, dict[bytes, tuple[str, int]]] = defaultdict(dict)
+    pack = PackWriter(store.repo.objects_dir)
+    objects = _Objects(store, pack)
+    progress = Progress(
+        "git-mgit: encoding what the push publishes",
+        sum(cands.versions[v].manifest.size for v in involved),
+    )
+    try:
+        for key, group in groups(cands, involved):
+            decoded = DecodedChunks(store)
+            at = dict(group)
+            for v, c in group:  # oldest first: a version's base is newer, so it comes later
+                h, raw = c.content_hash, decoded.get(c.content_hash)
+                choice = plan.choices[v]
+                if (choice.base is None or choice.base not in at) and h not in base_hashes.get(
+                    v, ()
+                ):
+                    filed[v][h] = objects.whole_of(h, raw, key[2])
+                for older, oc in group:  # the versions leaning on this one: their deltas, now
+                    if plan.choices[older].base != v or oc.content_hash in base_hashes[older]:
+                        continue
+                    filed[older][oc.content_hash] = objects.delta_of(
+                        oc.content_hash, decoded.get(oc.content_hash), h, raw, choice.levels, key[2]
+                    )
+                progress.update(c.length)
+        written = []
+        for v in plan.push_order():
+            bases = (plan.choices[v].base,) if plan.choices[v].base else ()
+            message = f"git-mgit version {v}\n" + "".join(f"\nbases {b}\n" for b in bases)
+            entries = sorted((h, bytes.fromhex(oid)) for h, (oid, _) in filed[v].items())
+            commit = anchors.write_anchor(pack, entries, timestamp=0, message=message)
+            written.append(Written(VersionRef(v, bases, commit), dict(filed[v])))
+        pack.finish()
+    except BaseException:
+        pack.abort()
+        raise
+    finally:
+        progress.finish()
+    _set_refs(store, written, plan)
+    return written
+
+
+def _set_refs(store: ChunkStore, written: list[Written], plan: Plan) -> None:
+    """Create the version refs here (and drop local copies of the refs they replace)."""
+    repo = store.repo
+    lines = [f"update {w.ref.name} {w.ref.commit}\n" for w in written]
+    have = set(repo.git("for-each-ref", "--format=%(refname)", *plan.replaced.values()).split())
+    lines += [f"delete {name}\n" for name in plan.replaced.values() if name in have]
+    repo.git("update-ref", "--stdin", input="".join(lines).encode())
+    store.invalidate()

@@ -27,10 +27,14 @@ DEFAULT_GRACE = "14.days.ago"
 DEFAULT_MAX_PUSH = 3 * 512 * 1024 * 1024
 DEFAULT_FETCH_BUDGET = 2.0
 DEFAULT_PRUNE_KEEP = "7.days.ago"
-# Room left under mgit.maxObjectSize for an object's header: a frame table of a
-# 95 MB chunk is under 1 KiB; chunks are cut at whole MiB below what is left.
-HEADER_ROOM = 64 * 1024
+# Room left under mgit.maxObjectSize for an object's header: at most ~200 bytes
+# and 5 per MiB frame of each plane (under 1 KiB for a 95 MB chunk); this leaves
+# 4 KiB and 64 bytes per MiB. A chunk is at most its object's payload: frames
+# that do not compress are stored raw, never larger.
+HEADER_ROOM = 4096
+HEADER_ROOM_PER_MIB = 64
 _MIB = 1 << 20
+_MIN_OBJECT = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,9 @@ def parse_size(text: str) -> int:
 
 
 def chunk_limit(max_object_size: int) -> int:
-    """The largest chunk whose object stays within max_object_size (whole MiB)."""
-    return (max_object_size - HEADER_ROOM) // _MIB * _MIB
+    """The largest chunk whose object stays within max_object_size (whole 4 KiB pages)."""
+    room = HEADER_ROOM + HEADER_ROOM_PER_MIB * (max_object_size // _MIB)
+    return (max_object_size - room) // 4096 * 4096
 
 
 def load(repo: Repo) -> Settings:
@@ -84,8 +89,8 @@ def load(repo: Repo) -> Settings:
         raise MgitError(f"git config {key}: {exc}; fix it with `git config --unset {key}`") from exc
     if chunk < 4096 or chunk % 8:
         raise MgitError("git config mgit.chunkSize must be a multiple of 8 and at least 4096")
-    if max_object < 2 * _MIB:
-        raise MgitError("git config mgit.maxObjectSize must be at least 2m")
+    if max_object < _MIN_OBJECT:
+        raise MgitError("git config mgit.maxObjectSize must be at least 16k")
     if not 0 <= depth <= 255:
         raise MgitError("git config mgit.maxChainDepth must be between 0 and 255")
     if max_push < max_object:

@@ -55,10 +55,17 @@ def git_bytes(
     )
     if check and proc.returncode != 0:
         stderr = proc.stderr.decode("utf-8", "replace").strip()
-        msg = stderr.splitlines()
-        last = msg[-1] if msg else f"exit {proc.returncode}"
-        raise GitError(f"git {' '.join(args[:2])} failed: {last}", stderr)
+        raise GitError(f"git {' '.join(args[:2])} failed: {gist(stderr, proc.returncode)}", stderr)
     return proc.stdout
+
+
+def gist(stderr: str, returncode: int) -> str:
+    """The line of git's stderr that says what went wrong: its first fatal or error line."""
+    lines = stderr.strip().splitlines()
+    return next(
+        (line for line in lines if line.startswith(("fatal:", "error:"))),
+        lines[-1] if lines else f"exit {returncode}",
+    )
 
 
 @dataclass(frozen=True)

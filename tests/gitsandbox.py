@@ -16,6 +16,7 @@ import socketserver
 import subprocess
 import tempfile
 import threading
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -127,6 +128,7 @@ class RequestRecord:
     status: int
     cgi_returncode: int
     cgi_stderr: str
+    command: str | None = None  # a protocol v2 request's command (ls-refs, fetch), else None
 
 
 class _GitHttpHandler(BaseHTTPRequestHandler):
@@ -223,6 +225,8 @@ class _GitHttpHandler(BaseHTTPRequestHandler):
         with tempfile.TemporaryFile() as body, tempfile.TemporaryFile() as stderr:
             body_size = self._spool_body(body)
             body.seek(0)
+            command = _v2_command(body.read(4096), self.headers.get("Content-Encoding"))
+            body.seek(0)
             # Leaving the block closes stdout and reaps the CGI even when the
             # client hangs up mid-response.
             with subprocess.Popen(
@@ -248,6 +252,7 @@ class _GitHttpHandler(BaseHTTPRequestHandler):
             status=status,
             cgi_returncode=returncode,
             cgi_stderr=cgi_stderr,
+            command=command,
         )
 
     def _relay_response(self, out: io.BufferedReader) -> int:
@@ -286,6 +291,17 @@ class _GitHttpHandler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
         return status
+
+
+def _v2_command(head: bytes, encoding: str | None) -> str | None:
+    """The command a protocol v2 request body starts with (its first pkt-line), if any."""
+    if encoding == "gzip":
+        head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head)
+    try:
+        line = head[4 : int(head[:4], 16)].decode()
+    except ValueError:
+        return None
+    return line.removeprefix("command=").strip() if line.startswith("command=") else None
 
 
 _SNAPSHOT_WAIT_S = 30

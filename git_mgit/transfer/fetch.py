@@ -17,13 +17,12 @@ from git_mgit.errors import ObjectMissing
 from git_mgit.gitcmd import GitError
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
-from git_mgit.store.lookup import ANCHOR_PREFIX, VERSION_PREFIX, anchor_tips
+from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_tips
 from git_mgit.transfer import notes
 from git_mgit.transfer.remotes import RemoteUnreachable, candidates, list_versions, transfer
 from git_mgit.transfer.versions import Published
 
 _ROUNDS = 3  # a ref re-published between our listing and our fetch: list again
-_LEGACY_SPEC = f"+{ANCHOR_PREFIX}*:{ANCHOR_PREFIX}*"
 
 
 def version_id(manifest_bytes: bytes) -> str:
@@ -89,8 +88,8 @@ def missing_error(path: str, store: ChunkStore, m: mf.Manifest, out: Outcome) ->
     if out.unreachable:
         name, why = next(iter(out.unreachable.items()))
         return ObjectMissing(
-            f"{path}: {count} tensor object(s) are not here and {why}; "
-            f"reconnect, then run `git mgit fetch {name}` (a checkout: `git checkout -- {path}`)"
+            f"{path}: {count} tensor object(s) are not here and {why}; reconnect and run the "
+            f"command again (`git mgit fetch {name} --all` fetches everything for offline work)"
         )
     return ObjectMissing(
         f"{path}: {count} tensor object(s) are not here and no remote has them; "
@@ -112,26 +111,33 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
             )
         return complete[version]
 
+    notes_ref = notes.remote_notes_ref(remote)
     for attempt in range(_ROUNDS):
-        listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*")
+        listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*", notes.NOTES_REF)
         published = Published.from_listing(listing)
-        local = anchor_tips(repo, (VERSION_PREFIX,))
+        local = anchor_tips(repo)
         refs = [r for r in published.closure(wanted, here) if local.get(r.name) != r.commit]
-        specs = [f"+{r.name}:{r.name}" for r in refs]
-        notes_spec = notes.notes_refspec(remote)
-        unpublished = [v for v in wanted if not published.holds(v)]
-        if unpublished and any(name.startswith(ANCHOR_PREFIX) for name in listing):
-            specs.append(_LEGACY_SPEC)  # pushed before version refs existed: every anchor
+        # By object id: git then skips listing the refs again (one round trip less).
+        specs = [f"+{r.commit}:{r.name}" for r in refs]
+        if any(not published.holds(v) for v in wanted):
+            # Pushed before version refs existed: every anchor, as then.
+            specs += [
+                f"+{oid}:{name}"
+                for name, oid in listing.items()
+                if name.startswith(ANCHOR_PREFIX) and local.get(name) != oid
+            ]
         if not specs:
             return 0
+        theirs = listing.get(notes.NOTES_REF)
+        have = repo.git("rev-parse", "--verify", "--quiet", notes_ref, check=False)
+        if theirs is not None and theirs != have:
+            specs.append(f"+{theirs}:{notes_ref}")
         try:
-            transfer(
-                repo, "fetch", "--no-tags", "--no-write-fetch-head", remote, *specs, notes_spec
-            )
+            transfer(repo, "fetch", "--no-tags", "--no-write-fetch-head", remote, *specs)
         except GitError as exc:
-            if "couldn't find remote ref" in exc.detail and attempt + 1 < _ROUNDS:
-                continue  # re-published meanwhile: list again
+            if "not our ref" in exc.detail and attempt + 1 < _ROUNDS:
+                continue  # re-published and collected meanwhile: list again
             raise RemoteUnreachable(f"fetching from {remote} failed ({exc})") from exc
-        notes.merge(repo, notes.remote_notes_ref(remote))
+        notes.merge(repo, notes_ref)
         return len(refs)
     return 0

@@ -23,17 +23,18 @@ from git_mgit.gitcmd import GitError, Repo
 from git_mgit.progress import format_size
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.lookup import VERSION_PREFIX
+from git_mgit.store.lookup import VERSION_PREFIX, anchor_objects
 from git_mgit.store.packwriter import PackWriter
 from git_mgit.transfer import history, layout, notes, publish
 from git_mgit.transfer.publish import Written
-from git_mgit.transfer.remotes import list_versions, transfer
-from git_mgit.transfer.versions import Published
+from git_mgit.transfer.remotes import list_versions, ls_remote, transfer
+from git_mgit.transfer.versions import Published, VersionRef
 
 ZERO = "0" * 40
 PARTIAL_PREFIX = "refs/mgit/partial/"
 _ENTRY_OVERHEAD = 200  # tree entries and pack headers per object, in the size estimate
 _MARGIN = 0.95  # of mgit.maxPushSize: what git adds to our estimate stays under it
+_ATTEMPTS = 3  # pushes of a batch that raced another clone's
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def push_versions(
         report.published = publish.write(store, cands, plan)
         report.replaced = list(plan.replaced.values())
         limit = int(settings.max_push_size * _MARGIN)
-        _send(repo, remote, store, report, listing, limit)
+        _send(repo, remote, report, listing, limit)
         list_versions(repo, remote)  # what it holds now, for commands that stay offline
     finally:
         store.close()
@@ -163,95 +164,111 @@ def _existing(repo: Repo, oids: Sequence[str]) -> set[str]:
     return {line.split()[0] for line in out.splitlines() if not line.endswith("missing")}
 
 
-def _remote_objects(repo: Repo, listing: dict[str, str]) -> set[str]:
-    """Objects the remote has through version refs whose commits this clone knows."""
-    commits = _existing(
-        repo, [c for n, c in listing.items() if n.startswith((VERSION_PREFIX, PARTIAL_PREFIX))]
-    )
-    if not commits:
-        return set()
-    out = repo.git_bytes(
-        "rev-list", "--objects", "--stdin", input="".join(f"{c}\n" for c in commits).encode()
-    )
-    return {line.split(b" ", 1)[0].decode() for line in out.splitlines()}
+def _send(repo: Repo, remote: str, report: Report, listing: dict[str, str], limit: int) -> None:
+    """Push the written version refs in batches under `limit`, then delete what they replace.
 
-
-def _send(
-    repo: Repo, remote: str, store: ChunkStore, report: Report, listing: dict[str, str], limit: int
-) -> None:
-    """Push the written version refs in batches under `limit`, then delete what they replace."""
-    have = _remote_objects(repo, listing)
+    A pushed ref's commit has no parent the remote knows, so git sends every object
+    its tree files, shared ones included (the remote keeps one copy once it repacks):
+    a batch's size is its refs' objects, each counted once.
+    """
     batch: list[Written] = []
+    in_batch: set[str] = set()
     size = 0
     for w in report.published:
-        new = {oid: n for oid, n in w.objects.values() if oid not in have}
-        need = sum(new.values()) + _ENTRY_OVERHEAD * len(new)
-        have.update(new)
-        if need > limit:
-            _flush(repo, remote, batch, report)
-            batch, size = [], 0
-            _send_in_parts(repo, remote, store, w, new, listing, limit, report)
-            report.sent += need
-            continue
+        objects = dict(w.objects.values())
+        need = sum(n + _ENTRY_OVERHEAD for oid, n in objects.items() if oid not in in_batch)
         if batch and size + need > limit:
             _flush(repo, remote, batch, report)
-            batch, size = [], 0
-        batch.append(w)
-        size += need
+            batch, in_batch, size = [], set(), 0
+            need = sum(objects.values()) + _ENTRY_OVERHEAD * len(objects)
         report.sent += need
+        if need > limit:
+            _send_in_parts(repo, remote, w, listing, limit, report)
+            continue
+        batch.append(w)
+        in_batch.update(objects)
+        size += need
     _flush(repo, remote, batch, report)
-    if report.replaced:
-        _push(repo, remote, [f":{name}" for name in report.replaced])
+    # What re-publishing replaced, and parts a push that was cut off left behind.
+    leftovers = [PARTIAL_PREFIX + w.ref.name.removeprefix(VERSION_PREFIX) for w in report.published]
+    gone = [*report.replaced, *(name for name in leftovers if name in listing)]
+    if gone:
+        _push(repo, remote, [f":{name}" for name in gone])
+    for name in leftovers:
+        repo.git("update-ref", "-d", name, check=False)
 
 
 def _flush(repo: Repo, remote: str, batch: list[Written], report: Report) -> None:
-    if batch:
-        _push(repo, remote, [f"+{w.ref.name}:{w.ref.name}" for w in batch])
-        report.pushes += 1
+    """Push a batch of version refs. Another clone publishing one of them at the same
+    moment makes git refuse ours: its ref is as good (the same version, complete),
+    so what the remote then has counts as done and the rest is pushed again."""
+    todo = [w.ref.name for w in batch]
+    for attempt in range(_ATTEMPTS):
+        if not todo:
+            return
+        try:
+            _push(repo, remote, [f"+{name}:{name}" for name in todo])
+            report.pushes += 1
+            return
+        except MgitError:
+            if attempt + 1 == _ATTEMPTS:
+                raise
+            there = ls_remote(repo, remote, *todo)
+            todo = [name for name in todo if name not in there]
 
 
 def _send_in_parts(
-    repo: Repo,
-    remote: str,
-    store: ChunkStore,
-    w: Written,
-    new: dict[str, int],
-    listing: dict[str, str],
-    limit: int,
-    report: Report,
+    repo: Repo, remote: str, w: Written, listing: dict[str, str], limit: int, report: Report
 ) -> None:
-    """A version larger than the limit: its new objects part by part, then its ref."""
+    """A version larger than the limit, part by part on refs/mgit/partial/<name>.
+
+    Part k's tree files the objects of parts 1..k and its parent is part k-1, so
+    git sends just the part's own objects; the version's commit then takes the
+    last part as its parent (same tree: git sends the commit alone). A cut-off
+    push resumes from the part the remote has.
+    """
     partial = PARTIAL_PREFIX + w.ref.name.removeprefix(VERSION_PREFIX)
     parent = listing.get(partial)
-    if parent is not None and not _existing(repo, [parent]):
-        parent = None  # another clone's parts: start a chain of our own
-    by_oid = {oid: h for h, (oid, _) in w.objects.items()}
-    parts: list[list[tuple[bytes, bytes]]] = [[]]
+    done: dict[bytes, bytes] = {}
+    if parent is not None and _existing(repo, [parent]):
+        done = {h: bytes.fromhex(oid) for h, oid, _ in anchor_objects(repo, [parent], [])}
+    else:
+        parent = None  # nothing there, or another clone's parts: start a chain of our own
+    todo = sorted((h, oid, n) for h, (oid, n) in w.objects.items() if h not in done)
+    parts: list[list[tuple[bytes, str]]] = [[]]
     size = 0
-    for oid in sorted(new, key=lambda o: by_oid[o]):
-        cost = new[oid] + _ENTRY_OVERHEAD
-        if parts[-1] and size + cost > limit:
+    for h, oid, n in todo:
+        if parts[-1] and size + n + _ENTRY_OVERHEAD > limit:
             parts.append([])
             size = 0
-        parts[-1].append((by_oid[oid], bytes.fromhex(oid)))
-        size += cost
+        parts[-1].append((h, oid))
+        size += n + _ENTRY_OVERHEAD
     for i, objects in enumerate(parts, 1):
-        pack = PackWriter(repo.objects_dir)
-        try:
-            message = f"git-mgit part {i} of {len(parts)} of {w.ref.name}\n"
-            commit = anchors.write_anchor(
-                pack, objects, parents=[parent] if parent else [], timestamp=0, message=message
-            )
-            pack.finish()
-        except BaseException:
-            pack.abort()
-            raise
-        repo.git("update-ref", partial, commit)
+        done.update((h, bytes.fromhex(oid)) for h, oid in objects)
+        parent = _commit(repo, done, parent, f"git-mgit part {i} of {len(parts)} of {w.ref.name}\n")
+        repo.git("update-ref", partial, parent)
         _push(repo, remote, [f"+{partial}:{partial}"])
         report.pushes += 1
-        parent = commit
+    message = f"git-mgit version {w.ref.version}\n" + "".join(f"\nbases {b}\n" for b in w.ref.bases)
+    final = _commit(repo, done, parent, message)
+    repo.git("update-ref", w.ref.name, final)
+    w.ref = VersionRef(w.ref.version, w.ref.bases, final)
     _push(repo, remote, [f"+{w.ref.name}:{w.ref.name}", f":{partial}"])
     repo.git("update-ref", "-d", partial)
+
+
+def _commit(repo: Repo, objects: dict[bytes, bytes], parent: str | None, message: str) -> str:
+    """A commit filing `objects`, written into a pack of its own here."""
+    pack = PackWriter(repo.objects_dir)
+    try:
+        commit = anchors.write_anchor(
+            pack, sorted(objects.items()), [parent] if parent else [], 0, message
+        )
+        pack.finish()
+    except BaseException:
+        pack.abort()
+        raise
+    return commit
 
 
 def _push(repo: Repo, remote: str, specs: list[str]) -> None:

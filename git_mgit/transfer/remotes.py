@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from git_mgit.errors import MgitError
-from git_mgit.gitcmd import GitError, Repo
+from git_mgit.gitcmd import GitError, Repo, gist
 from git_mgit.store.lookup import VERSION_PREFIX
 
 # Keep every fetched pack as it arrives: git unpacks small fetches into loose
@@ -77,8 +77,8 @@ def transfer(repo: Repo, *args: str) -> None:
     )
     if proc.returncode:
         detail = "" if visible else proc.stderr.decode("utf-8", "replace").strip()
-        last = detail.splitlines()[-1] if detail else f"exit {proc.returncode}, see above"
-        raise GitError(f"git {command} failed: {last}", detail)
+        what = gist(detail, proc.returncode) if detail else f"exit {proc.returncode}, see above"
+        raise GitError(f"git {command} failed: {what}", detail)
 
 
 def list_versions(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:

@@ -1,0 +1,369 @@
+"""Transfer follows the checkout: clones, checkouts, pulls and pushes with the real git.
+
+Every test runs over a plain bare repository through file:// and over smart
+HTTP served by `git http-backend` on 127.0.0.1, both with git's default
+server configuration. A series of model versions is pushed; clones must hold
+only what their checkouts need, fetch older versions in one batch, and never
+lose a byte.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from git_mgit import manifest as mf
+from git_mgit.gitcmd import find_repo
+from git_mgit.store.lookup import LookupCache
+from tests.gitsandbox import (
+    GitHttpServer,
+    Remote,
+    clone,
+    init_bare_remote,
+    init_http_remote,
+    run_git,
+)
+from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
+
+MODEL = "model.safetensors"
+VERSIONS = 5
+
+
+@pytest.fixture(params=["file", "http"])
+def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
+    if request.param == "file":
+        return init_bare_remote(tmp_path / "remote.git")
+    server: GitHttpServer = request.getfixturevalue("git_http_server")
+    return init_http_remote(server)
+
+
+def series(n: int = VERSIONS, seed: int = 1, step: float = 1e-4) -> list[bytes]:
+    """Consecutive checkpoints of one model: each a small training step from the last."""
+    out = [model_bytes(seed)]
+    for i in range(1, n):
+        out.append(model_bytes(seed + i, base=tensors_of(out[-1]), step=step))
+    return out
+
+
+def source(tmp_path: Path, remote: Remote, versions: list[bytes]) -> tuple[Path, list[str]]:
+    """A repository with one commit per version, pushed to `remote`; the commit ids."""
+    # Several chunks per tensor; global, so that clones cut files the same way.
+    run_git("config", "--global", "mgit.chunkSize", "8192", cwd=tmp_path)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = []
+    for i, data in enumerate(versions):
+        (root / MODEL).write_bytes(data)
+        run_git("add", MODEL, cwd=root)
+        run_git("commit", "-q", "-m", f"v{i}", cwd=root)
+        commits.append(run_git("rev-parse", "HEAD", cwd=root).stdout.strip())
+    blob = run_git("rev-parse", f"HEAD:{MODEL}", cwd=root).stdout.strip()
+    run_git("notes", "--ref=mgit", "add", "-m", '{"name":"tip"}', blob, cwd=root)
+    run_git("remote", "add", "origin", remote.url, cwd=root)
+    run_git("push", "-q", "-u", "origin", "main", cwd=root)
+    return root, commits
+
+
+def chunks_at(repo: Path, rev: str, path: str = MODEL) -> set[bytes]:
+    blob = run_git("cat-file", "blob", f"{rev}:{path}", cwd=repo, text=False).stdout
+    return {c.content_hash for c in mf.parse(blob).chunks()}
+
+
+def local_chunks(repo: Path) -> set[bytes]:
+    cache = LookupCache(find_repo(repo))
+    try:
+        cache.refresh()
+        return set(cache.all())
+    finally:
+        cache.close()
+
+
+def git_counting_fetches(tmp_path: Path, *args: str, cwd: Path) -> int:
+    """Run git; return how many `git fetch` processes it ran (git's trace2 events)."""
+    trace = tmp_path / "trace2.json"
+    trace.unlink(missing_ok=True)
+    run_git(*args, cwd=cwd, env={"GIT_TRACE2_EVENT": str(trace)})
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    return sum(e.get("event") == "cmd_name" and e.get("name") == "fetch" for e in events)
+
+
+def listings(remote: Remote) -> int | None:
+    """Ref listings (protocol v2 ls-refs) the HTTP server has answered (None over file://)."""
+    if remote.server is None:
+        return None
+    return sum(r.command == "ls-refs" for r in remote.server.requests)
+
+
+def objects_in(git_dir: Path) -> dict[str, int]:
+    out = run_git(
+        "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objectsize)", cwd=git_dir
+    ).stdout
+    return {oid: int(size) for oid, size in (line.split() for line in out.splitlines())}
+
+
+def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each(
+    tmp_path: Path, remote: Remote
+) -> None:
+    versions = series()
+    _src, commits = source(tmp_path, remote, versions)
+    other = tmp_path / "clone"
+    # the objects: one `git fetch` of HEAD's version, after the clone's own transfer
+    assert git_counting_fetches(tmp_path, "clone", "-q", remote.url, str(other), cwd=tmp_path) == 1
+    assert (other / MODEL).read_bytes() == versions[-1]
+    assert status_porcelain(other) == ""
+    assert local_chunks(other) == chunks_at(other, "HEAD")  # the tip's objects, nothing else
+    note = run_git("notes", "--ref=mgit", "show", f"HEAD:{MODEL}", cwd=other).stdout
+    assert note.strip() == '{"name":"tip"}'  # lineage came with the objects' fetch
+    for commit, data in reversed(list(zip(commits, versions, strict=True))[:-1]):
+        before = listings(remote)
+        assert git_counting_fetches(tmp_path, "checkout", "-q", commit, cwd=other) == 1
+        assert (other / MODEL).read_bytes() == data
+        assert status_porcelain(other) == ""
+        if before is not None:
+            assert listings(remote) - before == 1  # one ls-remote; the fetch names object ids
+    assert local_chunks(other) >= set().union(*(chunks_at(other, c) for c in commits))
+    mgit("fsck", cwd=other)
+
+
+def test_git_operations_in_a_partial_clone_fetch_what_they_check_out(
+    tmp_path: Path, remote: Remote
+) -> None:
+    versions = series(4)
+    src, commits = source(tmp_path, remote, versions)
+    b_first, b_next = model_bytes(60), model_bytes(61, base=tensors_of(model_bytes(60)), step=1e-3)
+    run_git("checkout", "-q", "-b", "feat", commits[1], cwd=src)
+    for message, data in (("feat: add b", b_first), ("feat: change b", b_next)):
+        (src / "b.safetensors").write_bytes(data)
+        run_git("add", "b.safetensors", cwd=src)
+        run_git("commit", "-q", "-m", message, cwd=src)
+    run_git("push", "-q", "origin", "feat", cwd=src)
+
+    work = clone(remote.url, tmp_path / "clone")
+    run_git("switch", "-q", "feat", cwd=work)  # an older model version, and b
+    assert (work / MODEL).read_bytes() == versions[1]
+    assert (work / "b.safetensors").read_bytes() == b_next
+    run_git("reset", "-q", "--hard", "HEAD~1", cwd=work)
+    assert (work / "b.safetensors").read_bytes() == b_first
+    run_git("reset", "-q", "--hard", "origin/feat", cwd=work)
+    run_git("switch", "-q", "main", cwd=work)
+    assert (work / MODEL).read_bytes() == versions[-1] and not (work / "b.safetensors").exists()
+    run_git("cherry-pick", "origin/feat~1", cwd=work)
+    assert (work / "b.safetensors").read_bytes() == b_first
+    run_git("reset", "-q", "--hard", "origin/main", cwd=work)
+    run_git("switch", "-q", "-c", "rebased", "origin/feat", cwd=work)
+    run_git("rebase", "-q", "main", cwd=work)
+    assert (work / MODEL).read_bytes() == versions[-1]
+    assert (work / "b.safetensors").read_bytes() == b_next
+    run_git("switch", "-q", "main", cwd=work)
+    run_git("merge", "-q", "--no-ff", "--no-edit", "rebased", cwd=work)
+    assert (work / "b.safetensors").read_bytes() == b_next
+    edited = model_bytes(70, base=tensors_of(versions[-1]), step=1e-3)
+    (work / MODEL).write_bytes(edited)
+    run_git("stash", "-q", cwd=work)
+    assert (work / MODEL).read_bytes() == versions[-1]
+    run_git("checkout", "-q", commits[0], cwd=work)
+    assert (work / MODEL).read_bytes() == versions[0]
+    run_git("checkout", "-q", "main", cwd=work)
+    run_git("stash", "pop", "-q", cwd=work)
+    assert (work / MODEL).read_bytes() == edited
+    assert status_porcelain(work) == " M model.safetensors\n"
+    mgit("fsck", cwd=work)
+
+
+def test_prefetch_then_offline_then_prune_then_fetch_again(tmp_path: Path, remote: Remote) -> None:
+    versions = series()
+    _src, commits = source(tmp_path, remote, versions)
+    work = clone(remote.url, tmp_path / "clone")
+    url = remote.url
+    mgit("fetch", "--recent", "2", cwd=work)
+    assert local_chunks(work) >= chunks_at(work, "HEAD~1")
+    assert not local_chunks(work) >= chunks_at(work, "HEAD~2")
+    run_git("remote", "set-url", "origin", str(tmp_path / "offline"), cwd=work)
+    run_git("checkout", "-q", "HEAD~1", cwd=work)  # offline: already here
+    assert (work / MODEL).read_bytes() == versions[-2]
+    run_git("remote", "set-url", "origin", url, cwd=work)
+    mgit("fetch", "--all", cwd=work)
+    run_git("remote", "set-url", "origin", str(tmp_path / "offline"), cwd=work)
+    for commit, data in zip(commits, versions, strict=True):
+        run_git("checkout", "-q", commit, cwd=work)
+        assert (work / MODEL).read_bytes() == data
+    run_git("checkout", "-q", "main", cwd=work)
+    run_git("remote", "set-url", "origin", url, cwd=work)
+    every = local_chunks(work)
+    dry = mgit("prune", "--dry-run", "--keep", "now", cwd=work).stdout
+    assert "would drop" in dry and local_chunks(work) == every
+    mgit("prune", "--keep", "now", cwd=work)
+    assert local_chunks(work) == chunks_at(work, "HEAD")
+    run_git("gc", "-q", "--prune=now", cwd=work)
+    assert (work / MODEL).read_bytes() == versions[-1] and status_porcelain(work) == ""
+    run_git("checkout", "-q", commits[0], cwd=work)  # pruned: fetched again
+    assert (work / MODEL).read_bytes() == versions[0]
+
+
+def test_prune_keeps_what_no_remote_holds(tmp_path: Path, bare_remote: Remote) -> None:
+    versions = series(3)
+    src, commits = source(tmp_path, bare_remote, versions)
+    local = model_bytes(99, base=tensors_of(versions[-1]), step=1e-3)
+    (src / MODEL).write_bytes(local)
+    run_git("commit", "-q", "-am", "not pushed", cwd=src)
+    run_git("checkout", "-q", commits[0], cwd=src)
+    mgit("prune", "--keep", "now", cwd=src)
+    chunks = local_chunks(src)
+    assert chunks >= chunks_at(src, "main") and chunks >= chunks_at(src, "HEAD")
+    assert not chunks >= chunks_at(src, commits[1])  # on the remote, not checked out
+    run_git("remote", "set-url", "origin", str(tmp_path / "offline"), cwd=src)
+    run_git("checkout", "-q", "main", cwd=src)
+    assert (src / MODEL).read_bytes() == local
+
+
+def test_push_from_a_partial_clone_and_gc_on_both_sides(tmp_path: Path, remote: Remote) -> None:
+    versions = series()
+    _src, _commits = source(tmp_path, remote, versions)
+    work = clone(remote.url, tmp_path / "clone")
+    newer = [model_bytes(80, base=tensors_of(versions[-1]), step=1e-4)]
+    newer.append(model_bytes(81, base=tensors_of(newer[-1]), step=1e-4))
+    for i, data in enumerate(newer):
+        (work / MODEL).write_bytes(data)
+        run_git("commit", "-q", "-am", f"partial v{i}", cwd=work)
+    run_git("push", "-q", "origin", "main", cwd=work)
+    bare = remote.path
+    run_git("gc", "-q", "--prune=now", cwd=bare)
+    run_git("gc", "-q", "--prune=now", cwd=work)
+    fresh = clone(remote.url, tmp_path / "fresh")
+    assert (fresh / MODEL).read_bytes() == newer[-1]
+    every = [*versions, *newer]
+    log = run_git("rev-list", "--reverse", "HEAD", "--", MODEL, cwd=fresh).stdout.split()
+    for commit, data in zip(log, every, strict=True):
+        run_git("checkout", "-q", commit, cwd=fresh)
+        assert (fresh / MODEL).read_bytes() == data
+    mgit("fsck", "--all", cwd=fresh)
+
+
+def test_two_partial_clones_pushing_at_once(tmp_path: Path, remote: Remote) -> None:
+    versions = series(3)
+    _src, _ = source(tmp_path, remote, versions)
+    a, b = clone(remote.url, tmp_path / "a"), clone(remote.url, tmp_path / "b")
+    data = {}
+    for work, branch, seed in ((a, "alice", 90), (b, "bob", 91)):
+        data[branch] = model_bytes(seed, base=tensors_of(versions[-1]), step=2e-4)
+        run_git("switch", "-q", "-c", branch, cwd=work)
+        (work / MODEL).write_bytes(data[branch])
+        run_git("commit", "-q", "-am", branch, cwd=work)
+    barrier, errors = threading.Barrier(2), []
+
+    def push(work: Path, branch: str) -> None:
+        barrier.wait()
+        try:
+            run_git("push", "-q", "origin", branch, cwd=work)
+        except AssertionError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=push, args=p) for p in ((a, "alice"), (b, "bob"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    fresh = clone(remote.url, tmp_path / "fresh")
+    for branch in ("alice", "bob"):
+        run_git("checkout", "-q", branch, cwd=fresh)
+        assert (fresh / MODEL).read_bytes() == data[branch]
+    run_git("checkout", "-q", "main~2", cwd=fresh)
+    assert (fresh / MODEL).read_bytes() == versions[0]
+    mgit("fsck", "--all", cwd=fresh)
+
+
+def test_offline_checkout_of_a_remote_only_version_is_one_line_and_writes_nothing(
+    tmp_path: Path, remote: Remote
+) -> None:
+    versions = series(3)
+    _src, commits = source(tmp_path, remote, versions)
+    work = clone(remote.url, tmp_path / "clone")
+    run_git("remote", "set-url", "origin", str(tmp_path / "offline"), cwd=work)
+    proc = run_git("checkout", "-q", commits[0], cwd=work, check=False)
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("git-mgit:")]
+    assert len(lines) == 1 and MODEL in lines[0]
+    assert "origin could not be reached" in lines[0] and "git mgit fetch" in lines[0]
+    assert not (work / MODEL).exists()  # nothing half-written
+    assert run_git("rev-parse", "HEAD", cwd=work).stdout.strip() == commits[-1]
+    status = mgit("status", cwd=work).stdout
+    assert "on origin, not fetched" not in status  # HEAD's version is here
+    ls = mgit("ls-files", commits[0], cwd=work).stdout
+    assert ls.split()[1] == "-"  # on a remote only
+
+
+def test_a_push_over_the_remotes_size_limit_goes_in_parts(tmp_path: Path, remote: Remote) -> None:
+    big = model_bytes(7, n=4096)  # about 1.1 MB of tensors
+    run_git("config", "receive.maxInputSize", "400k", cwd=remote.path)
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("config", "--global", "mgit.maxPushSize", "300k", cwd=root)
+    run_git("config", "--global", "mgit.maxObjectSize", "100k", cwd=root)
+    (root / MODEL).write_bytes(big)
+    run_git("add", MODEL, cwd=root)
+    run_git("commit", "-q", "-m", "big", cwd=root)
+    run_git("remote", "add", "origin", remote.url, cwd=root)
+    run_git("push", "-q", "origin", "main", cwd=root)
+    assert not run_git("ls-remote", remote.url, "refs/mgit/partial/*", cwd=root).stdout
+    fresh = clone(remote.url, tmp_path / "fresh")
+    assert (fresh / MODEL).read_bytes() == big
+    sizes = objects_in(remote.path)
+    assert max(sizes.values()) <= 100 * 1024 < sum(sizes.values())
+    assert max(objects_in(root / ".git").values()) <= 100 * 1024
+
+
+def test_a_cut_off_push_resumes(tmp_path: Path, bare_remote: Remote) -> None:
+    """Parts already on the remote are not sent again."""
+    big = model_bytes(8, n=4096)
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("config", "--global", "mgit.maxPushSize", "300k", cwd=root)
+    run_git("config", "--global", "mgit.maxObjectSize", "100k", cwd=root)
+    (root / MODEL).write_bytes(big)
+    run_git("add", MODEL, cwd=root)
+    run_git("commit", "-q", "-m", "big", cwd=root)
+    run_git("remote", "add", "origin", bare_remote.url, cwd=root)
+    hook = bare_remote.path / "hooks" / "pre-receive"
+    hook.write_text(
+        '#!/bin/sh\nwhile read old new ref; do case "$ref" in refs/mgit/v/*) exit 1;; esac; done\n'
+    )
+    hook.chmod(0o755)
+    first = run_git("push", "origin", "main", cwd=root, check=False)
+    assert first.returncode != 0 and "run the push again" in first.stderr
+    parts = run_git("ls-remote", bare_remote.url, "refs/mgit/partial/*", cwd=root).stdout
+    assert parts  # the parts made it before the version ref was refused
+    hook.unlink()
+    run_git("push", "-q", "origin", "main", cwd=root)
+    fresh = clone(bare_remote.url, tmp_path / "fresh")
+    assert (fresh / MODEL).read_bytes() == big
+
+
+def test_tip_is_published_whole_and_older_versions_lean_on_newer_ones(
+    tmp_path: Path, bare_remote: Remote
+) -> None:
+    """Small steps: deltas pay, so older versions chain onto the tip (a generous budget)."""
+    versions = series(4, step=1e-6)
+    run_git("config", "--global", "mgit.fetchBudget", "4", cwd=tmp_path)
+    src, commits = source(tmp_path, bare_remote, versions)
+    refs = run_git("ls-remote", bare_remote.url, "refs/mgit/v/*", cwd=src).stdout.split()[1::2]
+    tip = run_git("rev-parse", f"{commits[-1]}:{MODEL}", cwd=src).stdout.strip()
+    names = {r.removeprefix("refs/mgit/v/") for r in refs}
+    assert tip in names  # whole: no base in its name
+    assert any("." in n for n in names)  # some older version is a delta of a newer one
+    # A new tip: the previous one is re-published as a delta of it (no longer whole).
+    (src / MODEL).write_bytes(model_bytes(77, base=tensors_of(versions[-1]), step=1e-6))
+    run_git("commit", "-q", "-am", "v4", cwd=src)
+    run_git("push", "-q", "origin", "main", cwd=src)
+    names = {
+        r.removeprefix("refs/mgit/v/")
+        for r in run_git("ls-remote", bare_remote.url, "refs/mgit/v/*", cwd=src).stdout.split()[
+            1::2
+        ]
+    }
+    assert tip not in names and any(n.startswith(tip + ".") for n in names)
+    run_git("gc", "-q", "--prune=now", cwd=bare_remote.path)
+    fresh = clone(bare_remote.url, tmp_path / "fresh")
+    for commit, data in zip(commits, versions, strict=True):
+        run_git("checkout", "-q", commit, cwd=fresh)
+        assert (fresh / MODEL).read_bytes() == data

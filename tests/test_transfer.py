@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -80,13 +81,25 @@ def local_chunks(repo: Path) -> set[bytes]:
         cache.close()
 
 
-def git_counting_fetches(tmp_path: Path, *args: str, cwd: Path) -> int:
-    """Run git; return how many `git fetch` processes it ran (git's trace2 events)."""
+def transfers(tmp_path: Path, remote: Remote, *args: str, cwd: Path) -> tuple[int, int]:
+    """Run git; return the (`git ls-remote`, `git fetch`) processes it ran (git's trace2 events).
+
+    An on-demand fetch is one listing and one `git fetch`, or, from a remote on
+    this machine (file://), one listing and a copy from its packs, no fetch.
+    """
     trace = tmp_path / "trace2.json"
     trace.unlink(missing_ok=True)
     run_git(*args, cwd=cwd, env={"GIT_TRACE2_EVENT": str(trace)})
-    events = [json.loads(line) for line in trace.read_text().splitlines()]
-    return sum(e.get("event") == "cmd_name" and e.get("name") == "fetch" for e in events)
+    names = Counter(
+        e.get("name")
+        for e in map(json.loads, trace.read_text().splitlines())
+        if e.get("event") == "cmd_name"
+    )
+    return names["ls-remote"], names["fetch"]
+
+
+def one_batch(remote: Remote) -> tuple[int, int]:
+    return (1, 0) if remote.server is None else (1, 1)
 
 
 def listings(remote: Remote) -> int | None:
@@ -109,8 +122,9 @@ def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each
     versions = series()
     _src, commits = source(tmp_path, remote, versions)
     other = tmp_path / "clone"
-    # the objects: one `git fetch` of HEAD's version, after the clone's own transfer
-    assert git_counting_fetches(tmp_path, "clone", "-q", remote.url, str(other), cwd=tmp_path) == 1
+    # the objects: one batch for HEAD's version, after the clone's own transfer
+    clone_args = ("clone", "-q", remote.url, str(other))
+    assert transfers(tmp_path, remote, *clone_args, cwd=tmp_path) == one_batch(remote)
     assert (other / MODEL).read_bytes() == versions[-1]
     assert status_porcelain(other) == ""
     assert local_chunks(other) == chunks_at(other, "HEAD")  # the tip's objects, nothing else
@@ -118,7 +132,7 @@ def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each
     assert note.strip() == '{"name":"tip"}'  # lineage came with the objects' fetch
     for commit, data in reversed(list(zip(commits, versions, strict=True))[:-1]):
         before = listings(remote)
-        assert git_counting_fetches(tmp_path, "checkout", "-q", commit, cwd=other) == 1
+        assert transfers(tmp_path, remote, "checkout", "-q", commit, cwd=other) == one_batch(remote)
         assert (other / MODEL).read_bytes() == data
         assert status_porcelain(other) == ""
         if before is not None:

@@ -21,8 +21,9 @@ _BOUNDED_PACK_MAPS = ("-c", "core.packedGitWindowSize=16m", "-c", "core.packedGi
 class ObjectReader:
     """Random access to objects by id; thread-safe, one request at a time."""
 
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, env: dict[str, str] | None = None) -> None:
         self._cwd = cwd
+        self._env = env
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -34,6 +35,7 @@ class ObjectReader:
                 # filter's memory. Small windows keep it at a few chunks.
                 ["git", *_BOUNDED_PACK_MAPS, "cat-file", "--batch"],
                 cwd=self._cwd,
+                env=self._env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

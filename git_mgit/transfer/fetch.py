@@ -9,16 +9,19 @@ anchors fetched whole, as before.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from git_mgit import manifest as mf
-from git_mgit.errors import ObjectMissing
-from git_mgit.gitcmd import GitError
+from git_mgit.errors import MgitError, ObjectMissing
+from git_mgit.gitcmd import GitError, Repo
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
 from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_tips
 from git_mgit.transfer import notes
+from git_mgit.transfer.local import copy_refs, local_git_dir
 from git_mgit.transfer.remotes import RemoteUnreachable, candidates, list_versions, transfer
 from git_mgit.transfer.versions import Published
 
@@ -112,32 +115,48 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
         return complete[version]
 
     notes_ref = notes.remote_notes_ref(remote)
+    source = local_git_dir(repo, remote)
     for attempt in range(_ROUNDS):
         listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*", notes.NOTES_REF)
         published = Published.from_listing(listing)
         local = anchor_tips(repo)
         refs = [r for r in published.closure(wanted, here) if local.get(r.name) != r.commit]
-        # By object id: git then skips listing the refs again (one round trip less).
-        specs = [f"+{r.commit}:{r.name}" for r in refs]
+        targets = {r.name: r.commit for r in refs}
         if any(not published.holds(v) for v in wanted):
             # Pushed before version refs existed: every anchor, as then.
-            specs += [
-                f"+{oid}:{name}"
+            targets |= {
+                name: oid
                 for name, oid in listing.items()
                 if name.startswith(ANCHOR_PREFIX) and local.get(name) != oid
-            ]
-        if not specs:
+            }
+        if not targets:
             return 0
         theirs = listing.get(notes.NOTES_REF)
-        have = repo.git("rev-parse", "--verify", "--quiet", notes_ref, check=False)
-        if theirs is not None and theirs != have:
-            specs.append(f"+{theirs}:{notes_ref}")
+        if theirs is not None and theirs != repo.git(
+            "rev-parse", "--verify", "--quiet", notes_ref, check=False
+        ):
+            targets[notes_ref] = theirs
+        if source is not None and _copied(repo, source, targets):
+            break
         try:
+            # By object id: git then skips listing the refs again (one round trip less).
+            specs = [f"+{commit}:{name}" for name, commit in targets.items()]
             transfer(repo, "fetch", "--no-tags", "--no-write-fetch-head", remote, *specs)
         except GitError as exc:
             if "not our ref" in exc.detail and attempt + 1 < _ROUNDS:
                 continue  # re-published and collected meanwhile: list again
             raise RemoteUnreachable(f"fetching from {remote} failed ({exc})") from exc
-        notes.merge(repo, notes_ref)
-        return len(refs)
-    return 0
+        break
+    else:
+        return 0
+    notes.merge(repo, notes_ref)
+    return len(refs)
+
+
+def _copied(repo: Repo, source: Path, targets: dict[str, str]) -> bool:
+    """Copy from a remote on this machine; False (git fetch then) if its files cannot be read."""
+    try:
+        copy_refs(repo, source, targets)
+    except (OSError, ValueError, subprocess.CalledProcessError, MgitError):
+        return False
+    return True

@@ -152,3 +152,25 @@ def approxidate(repo: Repo, when: str) -> int:
         return int(time.time()) + 1
     out = repo.git("rev-parse", f"--since={when}")
     return int(out.split("=", 1)[1])
+
+
+# What locates a repository, an index or an object store: git sets them for a filter.
+_REPO_VARS = frozenset(
+    {
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_COMMON_DIR",
+        "GIT_NAMESPACE",
+        "GIT_PREFIX",
+    }
+)
+
+
+def env_for(git_dir: Path) -> dict[str, str]:
+    """git's environment for the repository at git_dir, whatever repository ours is."""
+    env = {k: v for k, v in os.environ.items() if k not in _REPO_VARS}
+    env["GIT_DIR"] = str(git_dir)
+    return env

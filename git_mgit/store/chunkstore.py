@@ -15,12 +15,14 @@ can lead back to where it started.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from git_mgit import codecs, hashing
 from git_mgit.errors import ObjectCorrupt, ObjectMissing
-from git_mgit.gitcmd import Repo
+from git_mgit.gitcmd import Repo, env_for
 from git_mgit.store.lookup import LookupCache
 from git_mgit.store.packreader import PackReader
 from git_mgit.store.reader import ObjectReader
@@ -53,6 +55,11 @@ class ChunkStore:
         self._pending_headers: dict[bytes, tuple[bytes | None, int]] = {}
         self._resolved: dict[bytes, Located | None] = {}
         self._refreshed = False
+        # Objects read from another repository's packs while they are copied here.
+        self._borrowed: dict[bytes, list[tuple[str, int]]] = {}
+        self._lenders: list[PackReader] = []
+        self._lender_readers: list[ObjectReader] = []
+        self._copies: list[Callable[[], None]] = []
 
     # -- lookup ---------------------------------------------------------------
     def _refresh_once(self) -> None:
@@ -68,10 +75,25 @@ class ChunkStore:
 
     def has(self, content_hash: bytes) -> bool:
         """Whether some object here holds the chunk (cheap: no delta chain is followed)."""
-        if content_hash in self._pending:
+        if content_hash in self._pending or content_hash in self._borrowed:
             return True
         self._refresh_once()
         return self.cache.has(content_hash)
+
+    def borrow(
+        self, git_dir: Path, entries: Iterable[tuple[bytes, str, int]], done: Callable[[], None]
+    ) -> None:
+        """Read (hash, oid, size) objects from another repository here until close().
+
+        A fetch from a repository on this machine lends its objects this way while
+        they are copied here in the background; close() calls `done` to wait for that.
+        """
+        self._lenders.append(PackReader(git_dir / "objects"))
+        self._lender_readers.append(ObjectReader(git_dir, env_for(git_dir)))
+        for h, oid, size in entries:
+            self._borrowed.setdefault(h, []).append((oid, size))
+        self._copies.append(done)
+        self._resolved.clear()
 
     def missing(self, hashes: list[bytes]) -> list[bytes]:
         return [h for h in dict.fromkeys(hashes) if not self.has(h)]
@@ -89,7 +111,9 @@ class ChunkStore:
             return [(pending[0].hex(), pending[1], base, depth)]
         self._refresh_once()
         out = []
-        for oid, size in self.cache.candidates(content_hash):
+        listed = self.cache.candidates(content_hash)
+        extra = [b for b in self._borrowed.get(content_hash, ()) if b not in listed]
+        for oid, size in listed + extra:
             header = self.cache.header(oid)
             if header is None:
                 hdr = self._read_header(oid)
@@ -107,11 +131,27 @@ class ChunkStore:
     def _read_header(self, oid: str) -> ObjectHeader | None:
         from git_mgit.codecs.decoder import read_header
 
-        blob = self.packs.open(oid)
+        blob = self._open(oid)
         if blob is not None:
             return read_header(blob)
-        data = self.reader.read(oid)
+        data = self._read_whole(oid)
         return None if data is None else read_header(codecs.BytesSource(data))
+
+    def _read_whole(self, oid: str) -> bytearray | None:
+        """An object read through git, here or in a lender (loose, recompressed, ...)."""
+        for reader in (self.reader, *self._lender_readers):
+            data = reader.read(oid)
+            if data is not None:
+                return data
+        return None
+
+    def _open(self, oid: str) -> Source | None:
+        """The object as a stored blob in a pack here, or in a lender's."""
+        for packs in (self.packs, *self._lenders):
+            blob = packs.open(oid)
+            if blob is not None:
+                return blob
+        return None
 
     def resolve(self, content_hash: bytes) -> Located | None:
         """The object reads of this chunk take: of those holding it, the one with the shortest
@@ -189,10 +229,10 @@ class ChunkStore:
             loc = self.locate(content_hash)
             oid = None if loc is None else loc[0]
         if oid is not None:
-            blob = self.packs.open(oid)
+            blob = self._open(oid)
             if blob is not None:
                 return blob
-            data = self.reader.read(oid)
+            data = self._read_whole(oid)
             if data is not None:
                 return codecs.BytesSource(data)
         raise ObjectMissing(f"object {hashing.to_text(content_hash)} is not in this repository")
@@ -254,6 +294,12 @@ class ChunkStore:
         return codecs.decode_all(self.decoder(content_hash))
 
     def close(self) -> None:
+        for done in self._copies:
+            done()
+        for lender in self._lenders:
+            lender.close()
+        for reader in self._lender_readers:
+            reader.close()
         self.flush()
         self.reader.close()
         self.packs.close()

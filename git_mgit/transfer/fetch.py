@@ -10,18 +10,19 @@ anchors fetched whole, as before.
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from git_mgit import manifest as mf
 from git_mgit.errors import MgitError, ObjectMissing
-from git_mgit.gitcmd import GitError, Repo
+from git_mgit.gitcmd import GitError
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
 from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_tips
 from git_mgit.transfer import notes
-from git_mgit.transfer.local import copy_refs, local_git_dir
+from git_mgit.transfer.local import LocalCopy, local_git_dir
 from git_mgit.transfer.remotes import RemoteUnreachable, candidates, list_versions, transfer
 from git_mgit.transfer.versions import Published
 
@@ -136,8 +137,8 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
             "rev-parse", "--verify", "--quiet", notes_ref, check=False
         ):
             targets[notes_ref] = theirs
-        if source is not None and _copied(repo, source, targets):
-            break
+        if source is not None and _lend(store, source, targets):
+            return len(refs)
         try:
             # By object id: git then skips listing the refs again (one round trip less).
             specs = [f"+{commit}:{name}" for name, commit in targets.items()]
@@ -153,10 +154,24 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
     return len(refs)
 
 
-def _copied(repo: Repo, source: Path, targets: dict[str, str]) -> bool:
-    """Copy from a remote on this machine; False (git fetch then) if its files cannot be read."""
+def _lend(store: ChunkStore, source: Path, targets: dict[str, str]) -> bool:
+    """From a remote on this machine: its objects are read in place while a thread copies
+    them here (the store's close() waits for it); False to use git fetch instead."""
     try:
-        copy_refs(repo, source, targets)
-    except (OSError, ValueError, subprocess.CalledProcessError, MgitError):
+        copy = LocalCopy(store.repo, source, targets)
+    except (OSError, ValueError, subprocess.CalledProcessError):
         return False
+    notes_ref = next((n for n in targets if n.startswith(notes.NOTES_REMOTES)), None)
+
+    def done() -> None:
+        try:
+            copy.wait()
+        except MgitError as exc:  # what was read from the remote is checked out all the same
+            print(f"git-mgit: warning: {exc}; the objects stay on the remote", file=sys.stderr)
+            return
+        if notes_ref is not None:
+            notes.merge(store.repo, notes_ref)
+
+    store.borrow(source, copy.entries, done)
+    copy.start()
     return True

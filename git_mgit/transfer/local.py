@@ -9,34 +9,23 @@ and this clone lacks are read from the remote's packs (any byte range of a
 stored blob, or through `git cat-file` for anything else) and written into
 one new pack here by our pack writer, whose object ids are computed with
 hashlib's SHA-1 (several times faster, the same ids). Then the refs are set.
+The copy runs beside the checkout, which reads the objects from the
+remote's packs meanwhile.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from git_mgit.gitcmd import Repo
+from git_mgit.errors import MgitError
+from git_mgit.gitcmd import Repo, env_for
 from git_mgit.store.packreader import PackReader
 from git_mgit.store.packwriter import PackWriter
 from git_mgit.store.reader import ObjectReader
-
-# What locates a repository, an index or an object store: set by git for a filter.
-_REPO_VARS = frozenset(
-    {
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_COMMON_DIR",
-        "GIT_NAMESPACE",
-        "GIT_PREFIX",
-    }
-)
 
 
 def local_git_dir(repo: Repo, remote: str) -> Path | None:
@@ -60,69 +49,101 @@ def local_git_dir(repo: Repo, remote: str) -> Path | None:
     return None
 
 
-def copy_refs(repo: Repo, source: Path, refs: Mapping[str, str]) -> None:
-    """Set refname -> commit here, copying from `source` the objects they reach that are missing."""
-    listing = _git(
-        source, "rev-list", "--objects", "--stdin", input="".join(f"{c}\n" for c in refs.values())
-    )
-    oids = [line.split(" ", 1)[0] for line in listing.splitlines() if line]
-    have = _git(
-        repo.git_dir,
-        "cat-file",
-        "--batch-check=%(objectname) %(objecttype)",
-        input="".join(f"{o}\n" for o in oids),
-    )
-    missing = [line.split()[0] for line in have.splitlines() if line.endswith(" missing")]
-    if missing:
-        _copy(repo, source, missing)
-    lines = "".join(f"update {name} {commit}\n" for name, commit in refs.items())
-    repo.git("update-ref", "--stdin", input=lines.encode())
+class LocalCopy:
+    """Copy what refname -> commit reach and this clone lacks from `source`, then set the refs.
 
+    `entries` lists every tensor object the refs file as (content hash, oid, size),
+    so a chunk store can read them from the source's packs while the copy runs
+    (ChunkStore.borrow); start() runs it on a thread, wait() joins it and
+    raises what it raised.
+    """
 
-def _copy(repo: Repo, source: Path, oids: list[str]) -> None:
-    kinds = dict(
-        line.split()
-        for line in _git(
+    def __init__(self, repo: Repo, source: Path, refs: Mapping[str, str]) -> None:
+        self.repo, self.source, self.refs = repo, source, dict(refs)
+        listing = _git(source, "rev-list", "--objects", "--stdin", input=_lines(refs.values()))
+        paths = dict(
+            line.split(" ", 1) if " " in line else (line, "") for line in listing.splitlines()
+        )
+        info = _git(
             source,
             "cat-file",
+            "--batch-check=%(objectname) %(objecttype) %(objectsize)",
+            input=_lines(paths),
+        )
+        self.kinds: dict[str, str] = {}
+        self.entries: list[tuple[bytes, str, int]] = []
+        for line in info.splitlines():
+            oid, kind, size = line.split()
+            self.kinds[oid] = kind
+            name = paths[oid].rsplit("/", 1)[-1]
+            if kind == "blob" and paths[oid].count("/") == 2 and len(name) == 64:
+                self.entries.append((bytes.fromhex(name), oid, int(size)))
+        have = _git(
+            repo.git_dir,
+            "cat-file",
             "--batch-check=%(objectname) %(objecttype)",
-            input="".join(f"{o}\n" for o in oids),
-        ).splitlines()
-    )
-    packs = PackReader(source / "objects")
-    reader = ObjectReader(source, _env(source))
-    pack = PackWriter(repo.objects_dir)
-    try:
-        for oid in oids:
-            kind = kinds.get(oid)
-            data = packs.read(oid) if kind == "blob" else None
-            if data is None:
-                data = reader.read(oid)
-            if data is None or kind is None:
-                raise FileNotFoundError(f"{source}: object {oid} is not readable")
-            if pack.add(kind, [data]).hex() != oid:
-                raise ValueError(f"{source}: object {oid} does not hash to its name")
-        pack.finish()
-    except BaseException:
-        pack.abort()
-        raise
-    finally:
-        packs.close()
-        reader.close()
+            input=_lines(self.kinds),
+        )
+        self.missing = [line.split()[0] for line in have.splitlines() if line.endswith(" missing")]
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        if self.missing:
+            self._copy()
+        lines = "".join(f"update {name} {commit}\n" for name, commit in self.refs.items())
+        self.repo.git("update-ref", "--stdin", input=lines.encode())
+
+    def start(self) -> None:
+        def work() -> None:
+            try:
+                self.run()
+            except BaseException as exc:  # raised again by wait()
+                self._error = exc
+
+        self._thread = threading.Thread(target=work, name="mgit-local-copy")
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise MgitError(f"copying objects from {self.source} failed: {error}")
+
+    def _copy(self) -> None:
+        packs = PackReader(self.source / "objects")
+        reader = ObjectReader(self.source, env_for(self.source))
+        pack = PackWriter(self.repo.objects_dir)
+        try:
+            for oid in self.missing:
+                kind = self.kinds[oid]
+                data = packs.read(oid) if kind == "blob" else None
+                if data is None:
+                    data = reader.read(oid)
+                if data is None:
+                    raise FileNotFoundError(f"{self.source}: object {oid} is not readable")
+                if pack.add(kind, [data]).hex() != oid:
+                    raise ValueError(f"{self.source}: object {oid} does not hash to its name")
+            pack.finish()
+        except BaseException:
+            pack.abort()
+            raise
+        finally:
+            packs.close()
+            reader.close()
 
 
-def _env(git_dir: Path) -> dict[str, str]:
-    """git's environment for the repository at git_dir: a filter runs with ours in GIT_DIR & co."""
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_VARS}
-    env["GIT_DIR"] = str(git_dir)
-    return env
+def _lines(items: Iterable[str]) -> str:
+    return "".join(f"{i}\n" for i in items)
 
 
 def _git(git_dir: Path, *args: str, input: str) -> str:
     return subprocess.run(
         ["git", *args],
         cwd=git_dir,
-        env=_env(git_dir),
+        env=env_for(git_dir),
         input=input.encode(),
         capture_output=True,
         check=True,

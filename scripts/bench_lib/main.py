@@ -19,6 +19,7 @@ from pathlib import Path
 
 import checkpointing
 import deltabits
+import history_bench
 import lineage_graph
 import models
 import phases
@@ -88,6 +89,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "parallelism, tune against its kept setting from the start; about 3.5 minutes, "
         "--quick under 2)",
     )
+    p.add_argument(
+        "--history-only",
+        action="store_true",
+        help="only the history section: clone, pull, old checkout and push over 20-checkpoint "
+        "series against git-lfs (about 10 minutes, --quick 4 checkpoints)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the scratch folder, for debugging")
     p.add_argument(
         "--out", type=Path, default=ROOT / "bench-out" / "results.json", help="JSON output file"
@@ -155,6 +162,12 @@ def _selection_only(args: argparse.Namespace, scratch: Path) -> int:
     return _section_only(args, "selection", data, report.selection_table(data), checks)
 
 
+def _history_only(args: argparse.Namespace, scratch: Path) -> int:
+    data = history_bench.bench(scratch, isolated_env(scratch), args.quick)
+    checks = report.history_targets(data)
+    return _section_only(args, "history", data, report.history_table(data), checks)
+
+
 def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
     """Every section of the benchmark; returns the raw results."""
     ctx = Context(
@@ -216,6 +229,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
         series[label] = result
     results["series"] = series
     if not args.core_only:
+        results["history"] = history_bench.bench(ctx.scratch, ctx.env, args.quick)
         _later_sections(args, ctx, data, results)
 
     chunk = rss["tools"][MGIT]["chunk_size"]  # type: ignore[index]
@@ -265,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             return _training_only(args, scratch)
         if args.selection_only:
             return _selection_only(args, scratch)
+        if args.history_only:
+            return _history_only(args, scratch)
         results = run(args, scratch)
     finally:
         if args.keep:

@@ -182,6 +182,8 @@ def targets(results: dict[str, Any]) -> list[Target]:
             f"{small / MIB:.0f} MiB -> {large / MIB:.0f} MiB ({large / small:.2f}x)",
         )
     )
+    if "history" in results:
+        out += history_targets(results["history"])
     if "lineage" in results:
         out += lineage_targets(results["lineage"])
     if "query" in results:
@@ -717,6 +719,8 @@ def render(results: dict[str, Any], checks: list[Target]) -> str:
 
     for label, run in results["series"].items():
         parts += [_series_table(label, run), ""]
+    if "history" in results:
+        parts += [history_table(results["history"]), ""]
     if "lineage" in results:
         parts += [lineage_table(results["lineage"]), ""]
     if "query" in results:
@@ -774,3 +778,89 @@ def _series_table(label: str, run: dict[str, Any]) -> str:
 
 def as_json(checks: list[Target]) -> list[dict[str, Any]]:
     return [asdict(c) for c in checks]
+
+
+def history_table(data: dict[str, Any]) -> str:
+    """Per series: what the remote, a clone, a pull and an old checkout cost, per tool."""
+    parts = []
+    for label, s in data.items():
+        m, lfs = s["git-mgit"], s["git-lfs"]
+        raw = s["bytes_each"]
+
+        def mib(x: float) -> str:
+            return f"{x / MIB:.1f}"
+
+        rows = [
+            ("remote after git gc (MiB)", [mib(m["remote_bytes"]), mib(lfs["remote_bytes"])]),
+            ("  git-mgit before version refs (MiB)", [mib(m["today_remote_bytes"]), "-"]),
+            ("fresh clone .git (MiB)", [mib(m["clone_bytes"]), mib(lfs["clone_bytes"])]),
+            ("fresh clone (s)", [f"{m['clone_s']:.2f}", f"{lfs['clone_s']:.2f}"]),
+            ("pull of one new checkpoint (MiB)", [mib(m["pull_bytes"]), mib(lfs["pull_bytes"])]),
+            ("pull (s)", [f"{m['pull_s']:.2f}", f"{lfs['pull_s']:.2f}"]),
+            (
+                "checkout of the oldest version (MiB)",
+                [mib(m["oldest_bytes"]), mib(lfs["oldest_bytes"])],
+            ),
+            (
+                "checkout of the oldest version (s)",
+                [f"{m['oldest_s']:.2f}", f"{lfs['oldest_s']:.2f}"],
+            ),
+            ("push of the history (s)", [f"{m['push_s']:.2f}", f"{lfs['push_s']:.2f}"]),
+            (
+                "push of one more checkpoint (s)",
+                [f"{m['push_one_s']:.2f}", f"{lfs['push_one_s']:.2f}"],
+            ),
+        ]
+        title = f"history: {label}, {s['checkpoints']} checkpoints of {mib(raw)} MiB"
+        parts.append(_table(title, ["git-mgit", "git-lfs"], rows))
+    return "\n\n".join(parts)
+
+
+def history_targets(data: dict[str, Any]) -> list[Target]:
+    """Issue 20: transfer follows the checkout, not the history."""
+    out = []
+    for label, s in data.items():
+        m, lfs = s["git-mgit"], s["git-lfs"]
+        limit = 0.75 if label.startswith("bf16") else 0.9
+        clone = m["clone_bytes"] / lfs["clone_bytes"]
+        out.append(
+            Target(
+                f"{label}: fresh clone stores at most {limit}x git-lfs's, no slower",
+                clone <= limit and m["clone_s"] <= lfs["clone_s"],
+                f"{clone:.2f}x ({m['clone_bytes'] / MIB:.1f} vs {lfs['clone_bytes'] / MIB:.1f} MiB), "
+                f"{m['clone_s']:.2f} s vs {lfs['clone_s']:.2f} s",
+            )
+        )
+        out.append(
+            Target(
+                f"{label}: a pull of one new checkpoint moves no more than git-lfs's",
+                m["pull_bytes"] <= lfs["pull_bytes"],
+                f"{m['pull_bytes'] / MIB:.1f} vs {lfs['pull_bytes'] / MIB:.1f} MiB",
+            )
+        )
+        oldest = m["oldest_bytes"] / lfs["oldest_bytes"]
+        out.append(
+            Target(
+                f"{label}: checkout of the oldest version fetches at most 2x git-lfs's bytes",
+                oldest <= 2,
+                f"{oldest:.2f}x ({m['oldest_bytes'] / MIB:.1f} vs {lfs['oldest_bytes'] / MIB:.1f} MiB)",
+            )
+        )
+        remote = m["remote_bytes"] / m["today_remote_bytes"]
+        frozen = m.get("frozen_objects") or {}
+        once = all(n == 1 for n in frozen.values())
+        out.append(
+            Target(
+                f"{label}: the remote after git gc stores at most 1.15x what git-mgit stored "
+                "before version refs" + (", frozen layers once" if frozen else ""),
+                remote <= 1.15 and once,
+                f"{remote:.3f}x ({m['remote_bytes'] / MIB:.1f} vs {m['today_remote_bytes'] / MIB:.1f}"
+                f" MiB; git-lfs {lfs['remote_bytes'] / MIB:.1f} MiB)"
+                + (
+                    f"; frozen chunks: {sum(frozen.values())} objects for {len(frozen)}"
+                    if frozen
+                    else ""
+                ),
+            )
+        )
+    return out

@@ -139,10 +139,13 @@ def train(sh: Shell, epochs: int) -> tuple[list[Path], float]:
 def push(sh: Shell) -> None:
     heading("3. Push: plain git, the tensor objects travel with the branch")
     sh.run("git", "push", "origin", "main", cwd="work")
-    note("the remote's refs: the branch, plus anchors that keep the tensor objects reachable")
+    note(
+        "the remote's refs: the branch, plus one version ref per checkpoint: the newest "
+        "whole, older ones as deltas of the next (refs/mgit/v/<version>.<base>)"
+    )
     refs = sh.run("git", "ls-remote", "origin", cwd="work")
-    if not any("\trefs/mgit/objects/" in line for line in refs.splitlines()):
-        raise DemoFailure("the remote has no refs/mgit/objects/* anchors after the push")
+    if not any("\trefs/mgit/v/" in line for line in refs.splitlines()):
+        raise DemoFailure("the remote has no refs/mgit/v/* version refs after the push")
 
 
 def clone_and_verify(sh: Shell, originals: list[Path], accuracy_final: float) -> None:

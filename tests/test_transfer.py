@@ -109,6 +109,16 @@ def listings(remote: Remote) -> int | None:
     return sum(r.command == "ls-refs" for r in remote.server.requests)
 
 
+def filed(repo: Path, prefix: str) -> dict[str, set[str]]:
+    """Content hash -> the objects the refs under `prefix` file for it."""
+    out: dict[str, set[str]] = {}
+    refs = run_git("for-each-ref", "--format=%(objectname)", prefix, cwd=repo).stdout.split()
+    for ref in refs:
+        for line in run_git("ls-tree", "-r", ref, cwd=repo).stdout.splitlines():
+            out.setdefault(line.rsplit("/", 1)[-1], set()).add(line.split()[2])
+    return out
+
+
 def objects_in(git_dir: Path) -> dict[str, int]:
     out = run_git(
         "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objectsize)", cwd=git_dir
@@ -130,6 +140,11 @@ def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each
     assert local_chunks(other) == chunks_at(other, "HEAD")  # the tip's objects, nothing else
     note = run_git("notes", "--ref=mgit", "show", f"HEAD:{MODEL}", cwd=other).stdout
     assert note.strip() == '{"name":"tip"}'  # lineage came with the objects' fetch
+    fsck = mgit("fsck", cwd=other)
+    remote_only = len(set().union(*(chunks_at(other, c) for c in commits)) - local_chunks(other))
+    assert f"{remote_only} object(s) are on origin only" in fsck.stdout and remote_only
+    status = mgit("status", "--rev", commits[0], cwd=other).stdout
+    assert "on origin, not fetched" in status
     for commit, data in reversed(list(zip(commits, versions, strict=True))[:-1]):
         before = listings(remote)
         assert transfers(tmp_path, remote, "checkout", "-q", commit, cwd=other) == one_batch(remote)
@@ -376,6 +391,9 @@ def test_tip_is_published_whole_and_older_versions_lean_on_newer_ones(
         ]
     }
     assert tip not in names and any(n.startswith(tip + ".") for n in names)
+    # This clone keeps what it published, not also the forward deltas `git add` wrote.
+    published, anchored = filed(src, "refs/mgit/v/"), filed(src, "refs/mgit/objects/")
+    assert all(anchored[h] <= published.get(h, anchored[h]) for h in anchored)
     run_git("gc", "-q", "--prune=now", cwd=bare_remote.path)
     fresh = clone(bare_remote.url, tmp_path / "fresh")
     for commit, data in zip(commits, versions, strict=True):

@@ -19,6 +19,7 @@ from git_mgit.progress import Progress
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.decoded import DecodedChunks
+from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects
 from git_mgit.store.packwriter import PackWriter
 from git_mgit.transfer.layout import Candidates, Plan, groups, hashes
 from git_mgit.transfer.versions import VersionRef
@@ -125,10 +126,44 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
 
 
 def _set_refs(store: ChunkStore, written: list[Written], plan: Plan) -> None:
-    """Create the version refs here (and drop local copies of the refs they replace)."""
+    """Create the version refs here, drop local copies of the refs they replace, and retire
+    the encodings they supersede from this clone's anchors, in one transaction.
+
+    A chunk the version refs now file is held by them: the anchors' other object
+    for it (the forward delta `git add` wrote) is left to `git mgit gc`, so this
+    clone keeps what the remote has, not both.
+    """
     repo = store.repo
     lines = [f"update {w.ref.name} {w.ref.commit}\n" for w in written]
     have = set(repo.git("for-each-ref", "--format=%(refname)", *plan.replaced.values()).split())
     lines += [f"delete {name}\n" for name in plan.replaced.values() if name in have]
+    lines += _retired(store, {h: oid for w in written for h, (oid, _) in w.objects.items()})
     repo.git("update-ref", "--stdin", input="".join(lines).encode())
     store.invalidate()
+
+
+def _retired(store: ChunkStore, published: dict[bytes, str]) -> list[str]:
+    """update-ref lines that replace each anchor filing another object of a published chunk
+    with one filing the rest (same commit time, so gc's grace period is unchanged)."""
+    repo = store.repo
+    out = []
+    rows = repo.git(
+        "for-each-ref", "--format=%(refname) %(objectname) %(committerdate:unix)", ANCHOR_PREFIX
+    )
+    for line in rows.splitlines():
+        ref, commit, when = line.split()
+        filed = list(anchor_objects(repo, [commit], []))
+        keep = [(h, bytes.fromhex(o)) for h, o, _ in filed if published.get(h, o) == o]
+        if len(keep) == len(filed):
+            continue
+        out.append(f"delete {ref} {commit}\n")
+        if keep:
+            pack = PackWriter(repo.objects_dir)
+            try:
+                new = anchors.write_anchor(pack, keep, timestamp=int(when))
+                pack.finish()
+            except BaseException:
+                pack.abort()
+                raise
+            out.append(f"create {ANCHOR_PREFIX}{new} {new}\n")
+    return out

@@ -101,12 +101,12 @@ def _frozen_objects(remote: Path, env: dict[str, str], repo: Path, label: str) -
     blob = _git(repo, env, "cat-file", "blob", f"HEAD:{FILE}").encode()
     chunks = {c.content_hash.hex() for c in mf.parse(blob).chunks() if c.segment.name in names}
     held: dict[str, set[str]] = {h: set() for h in chunks}
-    refs = _git(remote, env, "for-each-ref", "--format=%(objectname)", "refs/mgit/").split()
-    for line in _git(remote, env, "ls-tree", "-r", *refs).splitlines() if refs else []:
-        meta, _, path = line.partition("\t")
-        name = path.rsplit("/", 1)[-1]
-        if name in held:
-            held[name].add(meta.split()[2])
+    for ref in _git(remote, env, "for-each-ref", "--format=%(objectname)", "refs/mgit/").split():
+        for line in _git(remote, env, "ls-tree", "-r", ref).splitlines():
+            meta, _, path = line.partition("\t")
+            name = path.rsplit("/", 1)[-1]
+            if name in held:
+                held[name].add(meta.split()[2])
     return {h: len(oids) for h, oids in held.items()}
 
 

@@ -1,0 +1,137 @@
+"""The transfer layer's pure parts: version ref names, closures, and the layout decision."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from git_mgit import config
+from git_mgit.errors import MgitError
+from git_mgit.gitcmd import find_repo
+from git_mgit.transfer.layout import Candidates, Estimates, decide
+from git_mgit.transfer.local import local_git_dir
+from git_mgit.transfer.versions import Published, VersionRef, parse, ref_name
+from tests.gitsandbox import init_repo, run_git
+
+A, B, C, D = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
+
+
+def published(*names: str) -> Published:
+    return Published.from_listing({f"refs/mgit/v/{n}": "0" * 40 for n in names})
+
+
+def test_ref_names_spell_the_version_and_its_bases() -> None:
+    assert parse(ref_name(A)) == VersionRef(A, ())
+    assert parse(ref_name(A, [B]), "1" * 40) == VersionRef(A, (B,), "1" * 40)
+    assert parse(f"refs/mgit/v/{A}.{B}.{C}").bases == (B, C)
+    for bad in (
+        f"refs/mgit/v/{A}.",
+        "refs/mgit/v/xyz",
+        f"refs/mgit/objects/{A}",
+        f"refs/mgit/v/{A}.{B}x",
+    ):
+        assert parse(bad) is None
+
+
+def test_closure_follows_bases_and_stops_at_what_is_here() -> None:
+    refs = published(A, f"{B}.{A}", f"{C}.{B}", D)
+    assert [r.version for r in refs.closure([C], lambda v: False)] == [A, B, C]
+    assert [r.version for r in refs.closure([C], lambda v: v == B)] == [C]  # B complete here
+    assert refs.closure(["e" * 40], lambda v: False) == []  # not published: nothing to fetch
+    assert refs.hanging(A) == 2 and refs.hanging(D) == 0
+
+
+def test_the_ref_with_fewest_bases_is_taken() -> None:
+    refs = published(f"{A}.{B}", A)
+    assert refs.best(A) == VersionRef(A, (), "0" * 40)
+
+
+def candidates(n: int, tips: set[str] | None = None) -> tuple[Candidates, list[str]]:
+    """A linear series of n versions v0 .. v(n-1), each may lean on the next."""
+    names = [f"{i:040x}" for i in range(n)]
+    cands = Candidates({}, names, tips if tips is not None else {names[-1]})
+    cands.children = {names[i]: [names[i + 1]] for i in range(n - 1)}
+    return cands, names
+
+
+def estimates(names: list[str], whole: float, delta: float, raw: int = 100) -> Estimates:
+    est = Estimates()
+    for v in names:
+        est.raw[v], est.whole[v] = raw, whole
+    for a, b in itertools.pairwise(names):
+        est.delta[a, b] = delta
+    return est
+
+
+def test_the_tip_is_whole_and_older_versions_chain_within_the_budget() -> None:
+    cands, v = candidates(6)
+    plan = decide(cands, estimates(v, whole=65, delta=25), budget=2.0, max_levels=8)
+    bases = [plan.choices[x].base for x in v]
+    # 65 + 25k <= 200: chains of up to 5 deltas, so v0 leans on v1 ... v4 on the tip
+    assert bases == [v[1], v[2], v[3], v[4], v[5], None]
+    assert all(plan.choices[x].cost <= 200 for x in v)
+    assert plan.push_order()[0] == v[5]  # bases are pushed before what leans on them
+
+
+def test_a_whole_version_starts_a_new_segment_when_the_budget_is_spent() -> None:
+    cands, v = candidates(6)
+    plan = decide(cands, estimates(v, whole=83, delta=62), budget=2.0, max_levels=8)
+    # 83 + 62 fits in 200, 83 + 62 + 62 does not: every other version is whole
+    assert [plan.choices[x].base for x in v] == [v[1], None, v[3], None, v[5], None]
+    assert [plan.choices[x].cost for x in v] == [145, 83, 145, 83, 145, 83]
+
+
+def test_deltas_that_do_not_pay_stay_whole_and_chains_stay_under_the_depth_cap() -> None:
+    cands, v = candidates(4)
+    plan = decide(cands, estimates(v, whole=83, delta=80), budget=8.0, max_levels=8)
+    assert all(plan.choices[x].base is None for x in v)  # saves under 10%
+    cands, v = candidates(6)
+    plan = decide(cands, estimates(v, whole=60, delta=1), budget=8.0, max_levels=2)
+    assert max(plan.choices[x].levels for x in v) == 2
+
+
+def test_a_remote_tip_is_republished_only_when_what_hangs_on_it_fits() -> None:
+    cands, v = candidates(3, tips={"t" * 40})
+    old, new = v[0], v[1]
+    cands.publish = v[1:]
+    cands.tips = {v[2]}
+    cands.rotations = {old: 1}  # one version already chained onto the old tip
+    cands.replaced = {old: ref_name(old)}
+    plan = decide(cands, estimates(v, whole=65, delta=25), budget=2.0, max_levels=8)
+    assert plan.choices[old].base == new and plan.replaced == {old: ref_name(old)}
+    cands.rotations = {old: 5}  # five: 5 x 25 + 25 + 90 > 200
+    plan = decide(cands, estimates(v, whole=65, delta=25), budget=2.0, max_levels=8)
+    assert old not in plan.choices and plan.replaced == {}
+
+
+def test_sizes_and_limits_read_from_git_config(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "r")
+    run_git("config", "mgit.maxPushSize", "1.5g", cwd=repo)
+    run_git("config", "mgit.maxObjectSize", "100k", cwd=repo)
+    s = config.load(find_repo(repo))
+    assert s.max_push_size == 3 * (1 << 29)
+    assert s.chunk_size <= 100 * 1024 - config.HEADER_ROOM and s.chunk_size % 4096 == 0
+    assert config.parse_size(" 64M ") == 64 << 20
+    for bad in ("1.5x", "", "g", "-1"):
+        with pytest.raises(ValueError):
+            config.parse_size(bad)
+    run_git("config", "mgit.maxPushSize", "50k", cwd=repo)
+    with pytest.raises(MgitError, match="maxPushSize"):
+        config.load(find_repo(repo))
+
+
+def test_remotes_on_this_machine_are_recognised(tmp_path: Path) -> None:
+    bare = init_repo(tmp_path / "bare.git", bare=True)
+    work = init_repo(tmp_path / "work")
+    repo = find_repo(work)
+    assert local_git_dir(repo, bare.as_uri()) == bare
+    assert local_git_dir(repo, str(bare)) == bare
+    assert local_git_dir(repo, "../bare.git") == bare.resolve()
+    assert local_git_dir(repo, str(work)) == work / ".git"
+    for remote in ("https://example.invalid/x.git", "host:path/x.git", "ssh://h/x", str(tmp_path)):
+        assert local_git_dir(repo, remote) is None
+    alternates = bare / "objects" / "info" / "alternates"
+    alternates.write_text(str(work / ".git" / "objects") + "\n")
+    assert local_git_dir(repo, str(bare)) is None  # objects elsewhere too: git fetch

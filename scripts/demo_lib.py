@@ -202,10 +202,15 @@ def lfs_bytes(sh: Shell, originals: list[Path]) -> int | None:
 
 def summary(sh: Shell, originals: list[Path]) -> None:
     heading("5. What it cost")
+    note(
+        "the push laid the versions out for fetching (the newest whole, older ones as deltas of "
+        "newer ones); the forward deltas `git add` wrote are superseded here: gc reclaims them"
+    )
+    sh.run("git", "mgit", "gc", "--prune=now", cwd="work")
     note("per file: raw size, stored size, objects, delta chain depth; first the current version")
     sh.run("git", "mgit", "status", cwd="work")
     first = sh.run("git", "rev-list", "--reverse", "main", "--", CHECKPOINT, cwd="work", show=False)
-    note("then epoch 1: no earlier version to delta against, so it is stored standalone")
+    note("then epoch 1: the oldest version, a delta of epoch 2 or whole, as the fetch budget allows")
     sh.run("git", "mgit", "status", "--rev", first.split()[0][:12], cwd="work")
     raw = sum(p.stat().st_size for p in originals)
     stored = git_bytes(sh, "work")

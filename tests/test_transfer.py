@@ -324,9 +324,9 @@ def test_offline_checkout_of_a_remote_only_version_is_one_line_and_writes_nothin
     assert ls.split()[1] == "-"  # on a remote only
 
 
-def test_a_push_over_the_remotes_size_limit_goes_in_parts(tmp_path: Path, remote: Remote) -> None:
-    big = model_bytes(7, n=4096)  # about 1.1 MB of tensors
-    run_git("config", "receive.maxInputSize", "400k", cwd=remote.path)
+def big_model_source(tmp_path: Path, remote: Remote, seed: int) -> tuple[Path, bytes]:
+    """A commit of a 1.1 MB model, pushes of at most 300k and objects of at most 100k."""
+    big = model_bytes(seed, n=4096)
     root = init_mgit_repo(tmp_path / "src")
     run_git("config", "--global", "mgit.maxPushSize", "300k", cwd=root)
     run_git("config", "--global", "mgit.maxObjectSize", "100k", cwd=root)
@@ -334,6 +334,12 @@ def test_a_push_over_the_remotes_size_limit_goes_in_parts(tmp_path: Path, remote
     run_git("add", MODEL, cwd=root)
     run_git("commit", "-q", "-m", "big", cwd=root)
     run_git("remote", "add", "origin", remote.url, cwd=root)
+    return root, big
+
+
+def test_a_push_over_the_remotes_size_limit_goes_in_parts(tmp_path: Path, remote: Remote) -> None:
+    run_git("config", "receive.maxInputSize", "400k", cwd=remote.path)
+    root, big = big_model_source(tmp_path, remote, 7)
     run_git("push", "-q", "origin", "main", cwd=root)
     assert not run_git("ls-remote", remote.url, "refs/mgit/partial/*", cwd=root).stdout
     fresh = clone(remote.url, tmp_path / "fresh")
@@ -345,14 +351,7 @@ def test_a_push_over_the_remotes_size_limit_goes_in_parts(tmp_path: Path, remote
 
 def test_a_cut_off_push_resumes(tmp_path: Path, bare_remote: Remote) -> None:
     """Parts already on the remote are not sent again."""
-    big = model_bytes(8, n=4096)
-    root = init_mgit_repo(tmp_path / "src")
-    run_git("config", "--global", "mgit.maxPushSize", "300k", cwd=root)
-    run_git("config", "--global", "mgit.maxObjectSize", "100k", cwd=root)
-    (root / MODEL).write_bytes(big)
-    run_git("add", MODEL, cwd=root)
-    run_git("commit", "-q", "-m", "big", cwd=root)
-    run_git("remote", "add", "origin", bare_remote.url, cwd=root)
+    root, big = big_model_source(tmp_path, bare_remote, 8)
     hook = bare_remote.path / "hooks" / "pre-receive"
     hook.write_text(
         '#!/bin/sh\nwhile read old new ref; do case "$ref" in refs/mgit/v/*) exit 1;; esac; done\n'

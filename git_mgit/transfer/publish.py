@@ -110,11 +110,10 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
                 progress.update(c.length)
         written = []
         for v in plan.push_order():
-            bases = (plan.choices[v].base,) if plan.choices[v].base else ()
-            message = f"git-mgit version {v}\n" + "".join(f"\nbases {b}\n" for b in bases)
+            ref = VersionRef(v, (plan.choices[v].base,) if plan.choices[v].base else ())
             entries = sorted((h, bytes.fromhex(oid)) for h, (oid, _) in filed[v].items())
-            commit = anchors.write_anchor(pack, entries, timestamp=0, message=message)
-            written.append(Written(VersionRef(v, bases, commit), dict(filed[v])))
+            commit = anchors.write_anchor(pack, entries, timestamp=0, message=ref.message)
+            written.append(Written(VersionRef(v, ref.bases, commit), dict(filed[v])))
         pack.finish()
     except BaseException:
         pack.abort()

@@ -249,8 +249,7 @@ def _send_in_parts(
         repo.git("update-ref", partial, parent)
         _push(repo, remote, [f"+{partial}:{partial}"])
         report.pushes += 1
-    message = f"git-mgit version {w.ref.version}\n" + "".join(f"\nbases {b}\n" for b in w.ref.bases)
-    final = _commit(repo, done, parent, message)
+    final = _commit(repo, done, parent, w.ref.message)
     repo.git("update-ref", w.ref.name, final)
     w.ref = VersionRef(w.ref.version, w.ref.bases, final)
     _push(repo, remote, [f"+{w.ref.name}:{w.ref.name}", f":{partial}"])

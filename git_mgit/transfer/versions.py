@@ -34,6 +34,11 @@ class VersionRef:
     def whole(self) -> bool:
         return not self.bases
 
+    @property
+    def message(self) -> str:
+        """The commit message of the ref's commit (it is part of what names the commit)."""
+        return f"git-mgit version {self.version}\n" + "".join(f"\nbases {b}\n" for b in self.bases)
+
 
 def ref_name(version: str, bases: Iterable[str] = ()) -> str:
     return VersionRef(version, tuple(bases)).name

@@ -34,7 +34,10 @@ def _tensors(path: Path) -> dict[str, tuple[str, bytes]]:
     header = json.loads(data[8 : 8 + n])
     header.pop("__metadata__", None)
     body = data[8 + n :]
-    return {k: (v["dtype"], body[v["data_offsets"][0] : v["data_offsets"][1]]) for k, v in header.items()}
+    return {
+        k: (v["dtype"], body[v["data_offsets"][0] : v["data_offsets"][1]])
+        for k, v in header.items()
+    }
 
 
 def _size(raw: bytes, dtype: str, base: bytes | None = None) -> int:
@@ -90,7 +93,12 @@ def table(label: str, m: dict[str, list[float]]) -> str:
     before, costs = forward(m)
     rows = [
         ("forward chains (before version refs)", before, costs[-1], costs),
-        ("forward chains + a whole copy of the tip", before + m["whole"][-1], m["whole"][-1], costs),
+        (
+            "forward chains + a whole copy of the tip",
+            before + m["whole"][-1],
+            m["whole"][-1],
+            costs,
+        ),
     ]
     for budget in (1.5, 2.0, 3.0, 4.0):
         store, c = reverse(m, budget)

@@ -398,3 +398,42 @@ def test_tip_is_published_whole_and_older_versions_lean_on_newer_ones(
     for commit, data in zip(commits, versions, strict=True):
         run_git("checkout", "-q", commit, cwd=fresh)
         assert (fresh / MODEL).read_bytes() == data
+
+
+def test_a_tag_on_an_old_commit_gets_its_version_whole(tmp_path: Path, bare_remote: Remote) -> None:
+    """A tag is a tip too: its version is published whole beside the delta it had."""
+    versions = series(4, step=1e-6)
+    run_git("config", "--global", "mgit.fetchBudget", "4", cwd=tmp_path)
+    src, commits = source(tmp_path, bare_remote, versions)
+    old = run_git("rev-parse", f"{commits[1]}:{MODEL}", cwd=src).stdout.strip()
+    names = run_git("ls-remote", bare_remote.url, f"refs/mgit/v/{old}*", cwd=src).stdout
+    assert f"refs/mgit/v/{old}." in names and f"refs/mgit/v/{old}\n" not in names
+    run_git("tag", "-a", "-m", "release", "v1.0", commits[1], cwd=src)
+    run_git("push", "-q", "origin", "v1.0", cwd=src)
+    names = run_git("ls-remote", bare_remote.url, f"refs/mgit/v/{old}*", cwd=src).stdout
+    assert f"refs/mgit/v/{old}\n" in names  # whole now, the delta ref kept
+    work = tmp_path / "tagged"
+    run_git("clone", "-q", "--branch", "v1.0", bare_remote.url, str(work), cwd=tmp_path)
+    assert (work / MODEL).read_bytes() == versions[1]
+    assert local_chunks(work) == chunks_at(work, "HEAD")  # the tag's version alone
+
+
+def test_a_remote_from_before_version_refs_still_serves_clones(
+    tmp_path: Path, bare_remote: Remote
+) -> None:
+    """Pushed by git-mgit before version refs: anchors only; a clone fetches them all."""
+    versions = series(2)
+    run_git("config", "--global", "mgit.chunkSize", "8192", cwd=tmp_path)
+    root = init_mgit_repo(tmp_path / "old")
+    for i, data in enumerate(versions):
+        (root / MODEL).write_bytes(data)
+        run_git("add", MODEL, cwd=root)
+        run_git("commit", "-q", "-m", f"v{i}", cwd=root)
+    run_git("remote", "add", "origin", bare_remote.url, cwd=root)
+    anchors = "refs/mgit/objects/*:refs/mgit/objects/*"
+    run_git("push", "-q", "--no-verify", "origin", "main", anchors, cwd=root)
+    work = clone(bare_remote.url, tmp_path / "clone")
+    assert (work / MODEL).read_bytes() == versions[-1]
+    run_git("checkout", "-q", "HEAD~1", cwd=work)
+    assert (work / MODEL).read_bytes() == versions[0]
+    mgit("fsck", cwd=work)

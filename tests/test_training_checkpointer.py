@@ -195,12 +195,17 @@ def test_a_deferred_checkpoint_is_taken_by_the_next_step_when_no_save_ends_the_e
     assert [(p.epoch, p.step, p.global_step) for p in got] == [(0, 4, 4), (1, 1, 9), (1, 5, 13)]
 
 
-def steps(ckpt: Checkpointer, model, optimizer, iterations: int) -> None:
-    """A loop of tiny iterations calling step() after each, then close()."""
+def steps(ckpt: Checkpointer, model, optimizer, iterations: int, pause: float = 0.0) -> None:
+    """A loop of tiny iterations calling step() after each, then close().
+
+    `pause` makes each iteration last at least that long, so how many of them a
+    commit overlaps does not hang on how busy the machine is.
+    """
     x = torch.randn(8, 4)
     for _ in range(iterations):
         model(x).sum().backward()
         optimizer.step()
+        time.sleep(pause)
         ckpt.step()
     ckpt.close()
 
@@ -232,7 +237,7 @@ def test_adaptive_mode_decides_only_once_the_commit_before_is_done() -> None:
         ended.append(ckpt.period.n)
 
     ckpt = checkpointer(model, optimizer, slow, mode="adaptive", eps=0.9)
-    steps(ckpt, model, optimizer, 200)
+    steps(ckpt, model, optimizer, 200, pause=0.001)  # a commit spans ~20 iterations
     assert len(taken) > 2
     assert all(later > end for later, end in zip(taken[1:], ended, strict=False))
     assert ckpt.period.overlapped_n > 0  # the iterations beside a commit were told apart

@@ -114,7 +114,7 @@ def parent_manifest(lin: Lineage, store: ChunkStore, parent: Version) -> mf.Mani
         raise CompressError(f"parent {parent.path or parent.id[:10]} is a model folder, not a file")
     found = contents.manifests(lin.repo, store.reader, parent.id, "file")[""]
     try:
-        ensure_local(store, {f"parent {parent.path or parent.id[:10]}": found})
+        ensure_local(store, [(f"parent {parent.path or parent.id[:10]}", found)])
     except ObjectMissing as exc:
         raise CompressError(str(exc)) from exc
     return found

@@ -223,7 +223,7 @@ def load(
     try:
         ms = contents.manifests(lin.repo, store.reader, version.id, version.kind)
         ensure_local(
-            store, {f"{version.path or model}/{rel}".rstrip("/"): m for rel, m in ms.items()}
+            store, [(f"{version.path or model}/{rel}".rstrip("/"), m) for rel, m in ms.items()]
         )
         found = tensors(ms)
         out = Model()

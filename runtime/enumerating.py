@@ -41,6 +41,7 @@ from git_mgit.dql.planner import select
 from git_mgit.dql.values import ID, NUMBER, TEXT
 from git_mgit.errors import MgitError
 from git_mgit.lineage.api import Lineage
+from git_mgit.lineage.contents import fetch_missing
 from git_mgit.lineage.records import QUERY_FUNCTION
 from git_mgit.lineage.save import commit_model
 from git_mgit.repoconfig import TestDecl
@@ -184,6 +185,8 @@ class _Trial:
 
     def run(self, batch: list[Candidate]) -> list[Scored]:
         scored = {c.index: Scored(c, self.scratch / f"{c.index}.safetensors") for c in batch}
+        # One fetch for every parent the workers will load (a partial clone).
+        fetch_missing(self.lin, (p for c in batch for p in c.recipe.parents))
         jobs = [(c.index, self._job(c, scored[c.index].file)) for c in batch]
         for index, answer in self.runner.pool.map(jobs):  # the test workers make them too
             if not answer["ok"]:

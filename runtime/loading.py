@@ -18,11 +18,9 @@ import torch
 
 from git_mgit import codecs, dtypes
 from git_mgit.errors import MgitError
-from git_mgit.gitcmd import Repo
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import Tensor, tensors
-from git_mgit.lineage.resolve import Version
 from git_mgit.progress import Progress, format_size
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer.fetch import ensure_local
@@ -51,12 +49,6 @@ def _read(store: ChunkStore, t: Tensor) -> torch.Tensor:
         start = i * t.chunk_size
         codecs.decode_into(decoder, view[start : start + decoder.size])
     return torch.frombuffer(buf, dtype=torch.uint8).view(dtype).reshape(t.shape)
-
-
-def _tensors(repo: Repo, store: ChunkStore, v: Version) -> dict[str, Tensor]:
-    ms = contents.manifests(repo, store.reader, v.id, v.kind)
-    ensure_local(store, {f"{v.path or v.id[:10]}/{rel}".rstrip("/"): m for rel, m in ms.items()})
-    return tensors(ms)
 
 
 @dataclass
@@ -89,7 +81,9 @@ def load_models(refs: Iterable[str], lineage: Lineage | None = None) -> Loaded:
     cache: dict[tuple, torch.Tensor] = {}
     try:
         wanted = [(ref, lin.resolve(ref)) for ref in refs]
-        plans = [(ref, _tensors(lin.repo, store, v)) for ref, v in wanted]
+        found = {ref: contents.named_manifests(lin.repo, store.reader, v) for ref, v in wanted}
+        ensure_local(store, [pair for pairs in found.values() for pair in pairs])
+        plans = [(ref, tensors(dict(pairs))) for ref, pairs in found.items()]
         total = sum(t.segment.length for _, ts in plans for t in ts.values())
         progress = Progress("git-mgit: loading models", total)
         try:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from git_mgit.errors import MgitError
 from git_mgit.lineage.api import Lineage
+from git_mgit.lineage.contents import fetch_missing
 from git_mgit.progress import Progress
 from git_mgit.repoconfig import TestDecl, parse_condition
 from git_mgit.runtime import callables
@@ -117,6 +118,8 @@ class Runner:
                 todo.append((r, {"kind": "test", "function": test.function, "model": t.spec()}))
             results.append(r)
         if todo:
+            # One fetch for every version the workers will load (a partial clone).
+            fetch_missing(self.lin, dict.fromkeys(r.target.version for r, _ in todo))
             progress = Progress("git-mgit: running tests", len(todo), counting=True)
             try:
                 for r, answer in self.pool.map(todo):

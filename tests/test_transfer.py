@@ -10,6 +10,9 @@ lose a byte.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -90,6 +93,11 @@ def transfers(tmp_path: Path, remote: Remote, *args: str, cwd: Path) -> tuple[in
     trace = tmp_path / "trace2.json"
     trace.unlink(missing_ok=True)
     run_git(*args, cwd=cwd, env={"GIT_TRACE2_EVENT": str(trace)})
+    return commands_run(trace)
+
+
+def commands_run(trace: Path) -> tuple[int, int]:
+    """(`git ls-remote`, `git fetch`) processes in a trace2 event log."""
     names = Counter(
         e.get("name")
         for e in map(json.loads, trace.read_text().splitlines())
@@ -437,3 +445,29 @@ def test_a_remote_from_before_version_refs_still_serves_clones(
     run_git("checkout", "-q", "HEAD~1", cwd=work)
     assert (work / MODEL).read_bytes() == versions[0]
     mgit("fsck", cwd=work)
+
+
+def test_commands_that_read_tensors_fetch_every_version_they_need_at_once(
+    tmp_path: Path, remote: Remote
+) -> None:
+    versions = series()
+    _src, commits = source(tmp_path, remote, versions)
+    work = clone(remote.url, tmp_path / "clone")
+    refs = [f"{c}:{MODEL}" for c in commits[:3]]
+    script = (
+        "import sys, json\n"
+        "from git_mgit.runtime import load_models\n"
+        "models = load_models(sys.argv[1:]).models\n"
+        "print(json.dumps([models[r]['layer.0.weight'].double().sum().item() for r in sys.argv[1:]]))\n"
+    )
+    trace = tmp_path / "load.json"
+    env = {**os.environ, "GIT_TRACE2_EVENT": str(trace)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *refs], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = [
+        float(tensors_of(v)["layer.0.weight"].astype("float64").sum()) for v in versions[:3]
+    ]
+    assert json.loads(proc.stdout) == pytest.approx(expected, rel=1e-12)
+    assert commands_run(trace) == one_batch(remote)  # three versions, one batch

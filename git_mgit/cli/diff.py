@@ -104,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.stat:
             from git_mgit.transfer.fetch import ensure_local
 
-            wanted = {f"{args.old}:{rel}".rstrip(":"): m for rel, m in a.items()}
-            wanted |= {f"{args.new}:{rel}".rstrip(":"): m for rel, m in b.items()}
+            wanted = [(f"{args.old}:{rel}".rstrip(":"), m) for rel, m in a.items()]
+            wanted += [(f"{args.new}:{rel}".rstrip(":"), m) for rel, m in b.items()]
             ensure_local(store, wanted)
         progress = Progress(f"git-mgit: comparing {args.old} and {args.new}")
         try:

@@ -108,7 +108,7 @@ def _describe_stored(m: mf.Manifest) -> str:
         # git caches what this prints per version: never describe what is not here.
         from git_mgit.transfer.fetch import ensure_local
 
-        ensure_local(store, {"a model version in this diff": m})
+        ensure_local(store, [("a model version in this diff", m)])
         meta = None
         if m.kind == "safetensors":
             header = next(s for s in m.segments if s.kind == "header")

@@ -8,6 +8,7 @@ files (config, index). Everything here reads manifests only: no tensor data.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
@@ -15,6 +16,10 @@ from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.reader import ObjectReader
 from git_mgit.tracked import tracked_files
+
+if TYPE_CHECKING:
+    from git_mgit.lineage.api import Lineage
+    from git_mgit.lineage.resolve import Version
 
 
 def manifests(repo: Repo, reader: ObjectReader, oid: str, kind: str) -> dict[str, mf.Manifest]:
@@ -30,6 +35,30 @@ def manifests(repo: Repo, reader: ObjectReader, oid: str, kind: str) -> dict[str
         if kind_ == "blob" and path.endswith(".safetensors"):
             out[path] = _manifest(reader, blob)
     return dict(sorted(out.items()))
+
+
+def named_manifests(repo: Repo, reader: ObjectReader, v: Version) -> list[tuple[str, mf.Manifest]]:
+    """A version's manifests, each with a name for messages: its path (and file of a folder)."""
+    ms = manifests(repo, reader, v.id, v.kind)
+    return [(f"{v.path or v.id[:10]}/{rel}".rstrip("/"), m) for rel, m in ms.items()]
+
+
+def fetch_missing(lin: Lineage, refs: Iterable[str]) -> None:
+    """Fetch, in one batch, what the versions `refs` name lack here (a partial clone).
+
+    Commands that hand many versions to worker processes call this first, so the
+    workers find everything here instead of each fetching on its own.
+    """
+    from git_mgit.transfer.fetch import ensure_local
+
+    store = ChunkStore(lin.repo)
+    try:
+        wanted: list[tuple[str, mf.Manifest]] = []
+        for ref in dict.fromkeys(refs):
+            wanted += named_manifests(lin.repo, store.reader, lin.resolve(ref))
+        ensure_local(store, wanted)
+    finally:
+        store.close()
 
 
 def _manifest(reader: ObjectReader, oid: str) -> mf.Manifest:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,13 +71,13 @@ def fetch_versions(
     return out
 
 
-def ensure_local(store: ChunkStore, wanted: Mapping[str, mf.Manifest]) -> None:
-    """Fetch what the manifests in `wanted` (a name for messages -> manifest) lack, in one
-    batch; raise ObjectMissing naming the first still missing objects, and what to do.
+def ensure_local(store: ChunkStore, wanted: Iterable[tuple[str, mf.Manifest]]) -> None:
+    """Fetch what the manifests in `wanted` ((a name for messages, manifest) pairs) lack, in
+    one batch; raise ObjectMissing naming the first still missing objects, and what to do.
 
     Commands that read tensors call this first (diff, test, query, load, ...).
     """
-    by_version = {version_id(m.render()): (name, m) for name, m in wanted.items()}
+    by_version = {version_id(m.render()): (name, m) for name, m in wanted}
     if not missing_versions(store, {v: m for v, (_, m) in by_version.items()}):
         return
     out = fetch_versions(store, {v: m for v, (_, m) in by_version.items()})

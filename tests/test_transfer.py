@@ -471,3 +471,40 @@ def test_commands_that_read_tensors_fetch_every_version_they_need_at_once(
     ]
     assert json.loads(proc.stdout) == pytest.approx(expected, rel=1e-12)
     assert commands_run(trace) == one_batch(remote)  # three versions, one batch
+
+
+def test_a_fine_tune_is_published_as_a_delta_of_its_base_in_the_same_commit(
+    tmp_path: Path, remote: Remote
+) -> None:
+    """A fine-tune tip leans on its declared base, whole at the same commit: the pair costs
+    about one model and a delta to push, store and clone, not two whole models."""
+    run_git("config", "--global", "mgit.chunkSize", "8192", cwd=tmp_path)
+    root = init_mgit_repo(tmp_path / "src")
+    (root / "mgit.toml").write_text(
+        '[models.base]\npath = "base.safetensors"\n\n'
+        '[models.ft]\npath = "ft.safetensors"\nparents = ["base"]\n'
+    )
+    base = model_bytes(3)
+    ft = model_bytes(4, base=tensors_of(base), step=1e-6)
+    (root / "base.safetensors").write_bytes(base)
+    (root / "ft.safetensors").write_bytes(ft)
+    run_git("add", "mgit.toml", "base.safetensors", "ft.safetensors", cwd=root)
+    run_git("commit", "-q", "-m", "base and fine-tune", cwd=root)
+    run_git("remote", "add", "origin", remote.url, cwd=root)
+    run_git("push", "-q", "origin", "main", cwd=root)
+    b, f = (
+        run_git("rev-parse", f"HEAD:{n}.safetensors", cwd=root).stdout.strip()
+        for n in ("base", "ft")
+    )
+    names = run_git("ls-remote", remote.url, "refs/mgit/v/*", cwd=root).stdout
+    assert f"refs/mgit/v/{b}\n" in names and f"refs/mgit/v/{f}.{b}\n" in names
+    ft_ref = run_git("rev-parse", f"refs/mgit/v/{f}.{b}", cwd=root).stdout.strip()
+    ft_objects = sum(
+        int(line.split()[3])
+        for line in run_git("ls-tree", "-r", "-l", ft_ref, cwd=root).stdout.splitlines()
+    )
+    assert ft_objects < 0.6 * len(ft)  # a delta of the base, not a second whole model
+    work = clone(remote.url, tmp_path / "clone")
+    assert (work / "base.safetensors").read_bytes() == base
+    assert (work / "ft.safetensors").read_bytes() == ft
+    assert status_porcelain(work) == ""

@@ -34,6 +34,9 @@ class Pushed:
     versions: dict[str, Version] = field(default_factory=dict)  # added by the new commits
     edges: set[tuple[str, str]] = field(default_factory=set)  # (older, newer), same path
     tips: dict[str, Version] = field(default_factory=dict)  # at a pushed branch or tag tip
+    by_tip: dict[str, dict[str, Version]] = field(
+        default_factory=dict
+    )  # tip commit -> its versions
     known: dict[str, Version] = field(default_factory=dict)  # every version seen, old ones too
 
 
@@ -110,7 +113,9 @@ def pushed(repo: Repo, reader: ObjectReader, tips: Sequence[str], exclude: Seque
                 out.versions[new] = out.known[new]
                 if old in out.known and old != new:
                     out.edges.add((old, new))
-    out.tips = at_commits(repo, reader, tips)
+    for tip in dict.fromkeys(tips):
+        out.by_tip[tip] = at_commits(repo, reader, [tip])
+        out.tips.update(out.by_tip[tip])
     out.known.update(out.tips)
     return out
 

@@ -56,10 +56,19 @@ class Candidates:
     )  # remote's whole version -> levels hanging on it
     replaced: dict[str, str] = field(default_factory=dict)  # rotation -> remote ref it replaces
     retire: dict[str, str] = field(default_factory=dict)  # whole refs no tip needs any more
+    # tip -> versions of its declared parent models at the same commit, whole: a fine-tune
+    # and its base are checked out together, so the fine-tune may be a delta of the base
+    family: dict[str, list[str]] = field(default_factory=dict)
 
     def order(self) -> list[str]:
-        """Every version to decide, oldest first (rotations before what they lean on)."""
-        return [*self.rotations, *(v for v in self.publish if v not in self.rotations)]
+        """Every version to decide, oldest first (rotations before what they lean on), the
+        tips with a family base first: decided newest first, they come after their bases."""
+        rest = [v for v in self.publish if v not in self.rotations and v not in self.family]
+        return [*(v for v in self.publish if v in self.family), *self.rotations, *rest]
+
+    def bases(self, v: str) -> list[str]:
+        """The versions `v` may be published as a delta of."""
+        return [*self.children.get(v, ()), *self.family.get(v, ())]
 
 
 @dataclass
@@ -109,17 +118,21 @@ def decide(cands: Candidates, est: Estimates, budget: float, max_levels: int) ->
     for v in reversed(cands.order()):
         whole = Choice(None, est.whole[v], 0)
         best = whole
-        if v not in cands.tips:
-            for n in cands.children.get(v, ()):
-                below = choices.get(n)
-                r = est.delta.get((v, n))
-                if below is None or r is None or r > SAVING * est.whole[v]:
-                    continue
-                hang = cands.rotations.get(v, 0) * r  # older versions chained onto it
-                option = Choice(n, r + below.cost, below.levels + 1)
-                fits = option.levels <= max_levels and hang + option.cost <= budget * est.raw[v]
-                if fits and (best.base is None or r < est.delta[v, best.base]):
-                    best = option
+        options = cands.family.get(v, ()) if v in cands.tips else cands.children.get(v, ())
+        for n in options:
+            below = choices.get(n)
+            if below is None and n in cands.family.get(v, ()) and n not in cands.publish:
+                below = Choice(None, est.whole[n], 0)  # published whole on the remote already
+            r = est.delta.get((v, n))
+            if below is None or r is None or r > SAVING * est.whole[v]:
+                continue
+            if v in cands.tips and below.base is not None:
+                continue  # a tip leans only on a whole version
+            hang = cands.rotations.get(v, 0) * r  # older versions chained onto it
+            option = Choice(n, r + below.cost, below.levels + 1)
+            fits = option.levels <= max_levels and hang + option.cost <= budget * est.raw[v]
+            if fits and (best.base is None or r < est.delta[v, best.base]):
+                best = option
         if v in cands.rotations:
             if best.base is None:
                 continue  # stays as the remote has it
@@ -145,11 +158,11 @@ def groups(
 def estimate(store: ChunkStore, cands: Candidates) -> Estimates:
     """Estimated sizes: each version whole, and each (version, possible base) as its delta."""
     order = cands.order()
-    involved = list(dict.fromkeys([*order, *(n for v in order for n in cands.children.get(v, ()))]))
+    involved = list(dict.fromkeys([*order, *(n for v in order for n in cands.bases(v))]))
     est = Estimates()
     whole_of: dict[bytes, float] = {}
     delta_of: dict[tuple[bytes, bytes], float] = {}
-    pairs = [(v, n) for v in order for n in cands.children.get(v, ())]
+    pairs = [(v, n) for v in order for n in cands.bases(v)]
     total = sum(c.length for _, group in groups(cands, involved) for _, c in group)
     progress = Progress("git-mgit: planning the push", total)
     decoded = DecodedChunks(store)

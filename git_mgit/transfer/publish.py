@@ -79,7 +79,9 @@ class _Objects:
 
 def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
     """Write the plan's objects and version refs here; returns them in push order."""
-    involved = [v for v in cands.order() if v in plan.choices]
+    chosen = [v for v in cands.order() if v in plan.choices]
+    # bases the remote has already (a fine-tune's base) are decoded too, not written
+    involved = [*chosen, *{c.base for c in plan.choices.values() if c.base} - set(chosen)]
     base_hashes = {
         v: hashes(cands.versions[c.base].manifest) for v, c in plan.choices.items() if c.base
     }
@@ -88,7 +90,7 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
     objects = _Objects(store, pack)
     progress = Progress(
         "git-mgit: encoding what the push publishes",
-        sum(cands.versions[v].manifest.size for v in involved),
+        sum(cands.versions[v].manifest.size for v in chosen),
     )
     try:
         for key, group in groups(cands, involved):
@@ -96,18 +98,19 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
             at = dict(group)
             for v, c in group:  # oldest first: a version's base is newer, so it comes later
                 h, raw = c.content_hash, decoded.get(c.content_hash)
-                choice = plan.choices[v]
-                if (choice.base is None or choice.base not in at) and h not in base_hashes.get(
-                    v, ()
-                ):
+                choice = plan.choices.get(v)
+                unpaired = choice is not None and (choice.base is None or choice.base not in at)
+                if unpaired and h not in base_hashes.get(v, ()):
                     filed[v][h] = objects.whole_of(h, raw, key[2])
+                levels = choice.levels if choice is not None else 0
                 for older, oc in group:  # the versions leaning on this one: their deltas, now
-                    if plan.choices[older].base != v or oc.content_hash in base_hashes[older]:
+                    och = plan.choices.get(older)
+                    if och is None or och.base != v or oc.content_hash in base_hashes[older]:
                         continue
                     filed[older][oc.content_hash] = objects.delta_of(
-                        oc.content_hash, decoded.get(oc.content_hash), h, raw, choice.levels, key[2]
+                        oc.content_hash, decoded.get(oc.content_hash), h, raw, levels, key[2]
                     )
-                progress.update(c.length)
+                progress.update(c.length if choice is not None else 0)
         written = []
         for v in plan.push_order():
             ref = VersionRef(v, (plan.choices[v].base,) if plan.choices[v].base else ())

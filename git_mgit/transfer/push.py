@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from git_mgit import config, hashing
+from git_mgit import config, hashing, repoconfig
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import GitError, Repo
 from git_mgit.progress import format_size
@@ -136,7 +136,36 @@ def candidates(
         cands.rotations[older] = published.hanging(older)
         cands.replaced[older] = best.name
         cands.children.setdefault(older, []).append(newer)
+    _families(store, pushed, published, cands)
     return cands
+
+
+def _families(
+    store: ChunkStore, pushed: history.Pushed, published: Published, cands: layout.Candidates
+) -> None:
+    """Tips that may be deltas of their base model: its version at the same commit, where
+    mgit.toml (read as data) declares it a parent and it is, or will be, published whole."""
+    worktree = store.repo.worktree
+    if worktree is None or not (worktree / "mgit.toml").is_file():
+        return
+    try:
+        cfg = repoconfig.load(worktree)
+    except MgitError:
+        return
+    for versions in pushed.by_tip.values():
+        at_path = {ver.path: v for v, ver in versions.items()}
+        for v, ver in versions.items():
+            decl = cfg.model_at(ver.path)
+            if v not in cands.tips or decl is None:
+                continue
+            for name in decl.parents:
+                parent = cfg.models.get(name)
+                base = at_path.get(parent.path) if parent is not None else None
+                whole = base in cands.tips or any(
+                    r.whole for r in published.by_version.get(base, ())
+                )
+                if base is not None and base != v and whole:
+                    cands.family.setdefault(v, []).append(base)
 
 
 def _refuse_missing(store: ChunkStore, cands: layout.Candidates) -> None:

@@ -15,7 +15,9 @@ and may have a fraction (`1.5g`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
@@ -48,6 +50,8 @@ class Settings:
     prune_keep: str = DEFAULT_PRUNE_KEEP
 
 
+T = TypeVar("T")
+
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmg]?)", re.IGNORECASE)
 
 
@@ -73,20 +77,20 @@ def load(repo: Repo) -> Settings:
     for line in out.splitlines():
         key, _, value = line.partition(" ")
         values[key.lower()] = value
-    key = ""
-    try:
-        key = "mgit.chunkSize"
-        chunk = parse_size(values.get("mgit.chunksize", str(DEFAULT_CHUNK_SIZE)))
-        key = "mgit.maxObjectSize"
-        max_object = parse_size(values.get("mgit.maxobjectsize", str(DEFAULT_MAX_OBJECT)))
-        key = "mgit.maxChainDepth"
-        depth = int(values.get("mgit.maxchaindepth", DEFAULT_MAX_DEPTH))
-        key = "mgit.maxPushSize"
-        max_push = parse_size(values.get("mgit.maxpushsize", str(DEFAULT_MAX_PUSH)))
-        key = "mgit.fetchBudget"
-        budget = float(values.get("mgit.fetchbudget", DEFAULT_FETCH_BUDGET))
-    except ValueError as exc:
-        raise MgitError(f"git config {key}: {exc}; fix it with `git config --unset {key}`") from exc
+
+    def read(key: str, parse: Callable[[str], T], default: object) -> T:
+        try:
+            return parse(values.get(key.lower(), str(default)))
+        except ValueError as exc:
+            raise MgitError(
+                f"git config {key}: {exc}; fix it with `git config --unset {key}`"
+            ) from exc
+
+    chunk = read("mgit.chunkSize", parse_size, DEFAULT_CHUNK_SIZE)
+    max_object = read("mgit.maxObjectSize", parse_size, DEFAULT_MAX_OBJECT)
+    depth = read("mgit.maxChainDepth", int, DEFAULT_MAX_DEPTH)
+    max_push = read("mgit.maxPushSize", parse_size, DEFAULT_MAX_PUSH)
+    budget = read("mgit.fetchBudget", float, DEFAULT_FETCH_BUDGET)
     if chunk < 4096 or chunk % 8:
         raise MgitError("git config mgit.chunkSize must be a multiple of 8 and at least 4096")
     if max_object < _MIN_OBJECT:

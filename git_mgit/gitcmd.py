@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -93,6 +94,14 @@ class Repo:
 
     def git_bytes(self, *args: str, **kwargs) -> bytes:
         return git_bytes(*args, cwd=self.worktree or self.git_dir, **kwargs)
+
+    def existing(self, oids: Iterable[str]) -> set[str]:
+        """Which of `oids` this repository has (one `git cat-file --batch-check`)."""
+        asked = "".join(f"{o}\n" for o in dict.fromkeys(oids) if o and o.strip("0"))
+        if not asked:
+            return set()
+        out = self.git("cat-file", "--batch-check=%(objectname)", input=asked.encode())
+        return {line for line in out.splitlines() if not line.endswith(" missing")}
 
     def cat_blobs(self, oids: list[str]) -> list[bytes | None]:
         """The contents of many small objects in one `git cat-file --batch` call, in order

@@ -12,7 +12,7 @@ from git_mgit.errors import MgitError
 from git_mgit.gitcmd import find_repo
 from git_mgit.transfer.layout import Candidates, Estimates, decide
 from git_mgit.transfer.local import local_git_dir
-from git_mgit.transfer.versions import Published, VersionRef, parse, ref_name
+from git_mgit.transfer.versions import Published, VersionRef, parse
 from tests.gitsandbox import init_repo, run_git
 
 A, B, C, D = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
@@ -23,8 +23,8 @@ def published(*names: str) -> Published:
 
 
 def test_ref_names_spell_the_version_and_its_bases() -> None:
-    assert parse(ref_name(A)) == VersionRef(A, ())
-    assert parse(ref_name(A, [B]), "1" * 40) == VersionRef(A, (B,), "1" * 40)
+    assert parse(VersionRef(A, ()).name) == VersionRef(A, ())
+    assert parse(VersionRef(A, (B,)).name, "1" * 40) == VersionRef(A, (B,), "1" * 40)
     assert parse(f"refs/mgit/v/{A}.{B}.{C}").bases == (B, C)
     for bad in (
         f"refs/mgit/v/{A}.",
@@ -98,9 +98,9 @@ def test_a_remote_tip_is_republished_only_when_what_hangs_on_it_fits() -> None:
     cands.publish = v[1:]
     cands.tips = {v[2]}
     cands.rotations = {old: 1}  # one version already chained onto the old tip
-    cands.replaced = {old: ref_name(old)}
+    cands.replaced = {old: VersionRef(old, ()).name}
     plan = decide(cands, estimates(v, whole=65, delta=25), budget=2.0, max_levels=8)
-    assert plan.choices[old].base == new and plan.replaced == {old: ref_name(old)}
+    assert plan.choices[old].base == new and plan.replaced == {old: VersionRef(old, ()).name}
     cands.rotations = {old: 5}  # five: 5 x 25 + 25 + 90 > 200
     plan = decide(cands, estimates(v, whole=65, delta=25), budget=2.0, max_levels=8)
     assert old not in plan.choices and plan.replaced == {}

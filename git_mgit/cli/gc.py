@@ -18,7 +18,6 @@ from git_mgit.progress import format_size
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX, VERSION_PREFIX, anchor_objects, anchor_tips
-from git_mgit.store.packwriter import PackWriter
 from git_mgit.tracked import needed_hashes
 
 
@@ -89,11 +88,10 @@ def _fold(
     drop = [(h, o, size) for h, o, size in old_objects if chosen.get(h) != o and o not in young]
     if dry_run or not drop:
         return drop
-    pack = PackWriter(repo.objects_dir)
-    commit = anchors.write_anchor(pack, [(h, bytes.fromhex(o)) for h, o in keep]) if keep else None
-    pack.finish()
-    if commit:
-        anchors.set_ref(repo, commit)
+    if keep:
+        anchors.set_ref(
+            repo, anchors.commit_objects(repo, [(h, bytes.fromhex(o)) for h, o in keep])
+        )
     repo.git(
         "update-ref", "--stdin", input="".join(f"delete {r} {c}\n" for r, c, _ in old).encode()
     )

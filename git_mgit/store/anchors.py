@@ -62,6 +62,20 @@ def write_anchor(
     ).hex()
 
 
+def commit_objects(
+    repo: Repo,
+    objects: Sequence[tuple[bytes, bytes]],
+    parents: Sequence[str] = (),
+    timestamp: int | None = None,
+    message: str | None = None,
+) -> str:
+    """write_anchor() into a pack of its own, finished: the commit id (no ref is set)."""
+    with PackWriter(repo.objects_dir) as pack:
+        commit = write_anchor(pack, objects, parents, timestamp, message)
+        pack.finish()
+    return commit
+
+
 def set_ref(repo: Repo, commit: str) -> str:
     """Point refs/mgit/objects/<commit> at the commit (names are content, so this is idempotent)."""
     ref = ANCHOR_PREFIX + commit

@@ -57,8 +57,8 @@ class ChunkStore:
         self._refreshed = False
         # Objects read from another repository's packs while they are copied here.
         self._borrowed: dict[bytes, list[tuple[str, int]]] = {}
-        self._lenders: list[PackReader] = []
-        self._lender_readers: list[ObjectReader] = []
+        # Where objects are read: this repository's packs and git, then each lender's.
+        self._sources: list[tuple[PackReader, ObjectReader]] = [(self.packs, self.reader)]
         self._copies: list[Callable[[], None]] = []
 
     # -- lookup ---------------------------------------------------------------
@@ -88,8 +88,9 @@ class ChunkStore:
         A fetch from a repository on this machine lends its objects this way while
         they are copied here in the background; close() calls `done` to wait for that.
         """
-        self._lenders.append(PackReader(git_dir / "objects"))
-        self._lender_readers.append(ObjectReader(git_dir, env_for(git_dir)))
+        self._sources.append(
+            (PackReader(git_dir / "objects"), ObjectReader(git_dir, env_for(git_dir)))
+        )
         for h, oid, size in entries:
             self._borrowed.setdefault(h, []).append((oid, size))
         self._copies.append(done)
@@ -139,7 +140,7 @@ class ChunkStore:
 
     def _read_whole(self, oid: str) -> bytearray | None:
         """An object read through git, here or in a lender (loose, recompressed, ...)."""
-        for reader in (self.reader, *self._lender_readers):
+        for _, reader in self._sources:
             data = reader.read(oid)
             if data is not None:
                 return data
@@ -147,7 +148,7 @@ class ChunkStore:
 
     def _open(self, oid: str) -> Source | None:
         """The object as a stored blob in a pack here, or in a lender's."""
-        for packs in (self.packs, *self._lenders):
+        for packs, _ in self._sources:
             blob = packs.open(oid)
             if blob is not None:
                 return blob
@@ -296,9 +297,8 @@ class ChunkStore:
     def close(self) -> None:
         for done in self._copies:
             done()
-        for lender in self._lenders:
-            lender.close()
-        for reader in self._lender_readers:
+        for packs, reader in self._sources[1:]:
+            packs.close()
             reader.close()
         self.flush()
         self.reader.close()

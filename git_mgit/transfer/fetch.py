@@ -57,8 +57,9 @@ def fetch_versions(
     an unreachable remote: the outcome says which were, and what is still missing.
     """
     out = Outcome(missing=missing_versions(store, wanted))
-    repo = store.repo
-    for name in [remote] if remote else candidates(repo):
+    if not out.missing:
+        return out  # no remote asked, no git run
+    for name in [remote] if remote else candidates(store.repo):
         if not out.missing:
             break
         try:
@@ -78,8 +79,6 @@ def ensure_local(store: ChunkStore, wanted: Iterable[tuple[str, mf.Manifest]]) -
     Commands that read tensors call this first (diff, test, query, load, ...).
     """
     by_version = {version_id(m.render()): (name, m) for name, m in wanted}
-    if not missing_versions(store, {v: m for v, (_, m) in by_version.items()}):
-        return
     out = fetch_versions(store, {v: m for v, (_, m) in by_version.items()})
     if out.missing:
         v = next(iter(out.missing))

@@ -163,11 +163,12 @@ def estimate(store: ChunkStore, cands: Candidates) -> Estimates:
     whole_of: dict[bytes, float] = {}
     delta_of: dict[tuple[bytes, bytes], float] = {}
     pairs = [(v, n) for v in order for n in cands.bases(v)]
-    total = sum(c.length for _, group in groups(cands, involved) for _, c in group)
+    by_key = list(groups(cands, involved))
+    total = sum(c.length for _, group in by_key for _, c in group)
     progress = Progress("git-mgit: planning the push", total)
     decoded = DecodedChunks(store)
     try:
-        for key, group in groups(cands, involved):
+        for key, group in by_key:
             samples: dict[bytes, tuple[memoryview, float]] = {}
             for _, c in group:
                 h = c.content_hash

@@ -78,13 +78,8 @@ class LocalCopy:
             name = paths[oid].rsplit("/", 1)[-1]
             if kind == "blob" and paths[oid].count("/") == 2 and len(name) == 64:
                 self.entries.append((bytes.fromhex(name), oid, int(size)))
-        have = _git(
-            repo.git_dir,
-            "cat-file",
-            "--batch-check=%(objectname) %(objecttype)",
-            input=_lines(self.kinds),
-        )
-        self.missing = [line.split()[0] for line in have.splitlines() if line.endswith(" missing")]
+        have = repo.existing(self.kinds)
+        self.missing = [oid for oid in self.kinds if oid not in have]
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -115,21 +110,18 @@ class LocalCopy:
     def _copy(self) -> None:
         packs = PackReader(self.source / "objects")
         reader = ObjectReader(self.source, env_for(self.source))
-        pack = PackWriter(self.repo.objects_dir)
         try:
-            for oid in self.missing:
-                kind = self.kinds[oid]
-                data = packs.read(oid) if kind == "blob" else None
-                if data is None:
-                    data = reader.read(oid)
-                if data is None:
-                    raise FileNotFoundError(f"{self.source}: object {oid} is not readable")
-                if pack.add(kind, [data]).hex() != oid:
-                    raise ValueError(f"{self.source}: object {oid} does not hash to its name")
-            pack.finish()
-        except BaseException:
-            pack.abort()
-            raise
+            with PackWriter(self.repo.objects_dir) as pack:
+                for oid in self.missing:
+                    kind = self.kinds[oid]
+                    data = packs.read(oid) if kind == "blob" else None
+                    if data is None:
+                        data = reader.read(oid)
+                    if data is None:
+                        raise FileNotFoundError(f"{self.source}: object {oid} is not readable")
+                    if pack.add(kind, [data]).hex() != oid:
+                        raise ValueError(f"{self.source}: object {oid} does not hash to its name")
+                pack.finish()
         finally:
             packs.close()
             reader.close()

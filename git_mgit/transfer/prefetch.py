@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer import history, notes
-from git_mgit.transfer.fetch import Outcome, fetch_versions, missing_versions
+from git_mgit.transfer.fetch import Outcome, fetch_versions
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,6 @@ def prefetch(repo: Repo, store: ChunkStore, remote: str, sel: Selection) -> tupl
     notes.fetch(repo, remote)
     versions = chosen(repo, store, remote, sel)
     wanted = {v: ver.manifest for v, ver in versions.items()}
-    if not missing_versions(store, wanted):
-        return len(versions), Outcome()
     return len(versions), fetch_versions(store, wanted, remote)
 
 

@@ -12,14 +12,12 @@ kept; `git repack -a -d` then frees the space.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from git_mgit.gitcmd import Repo, approxidate
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects, anchor_tips
-from git_mgit.store.packwriter import PackWriter
 from git_mgit.tracked import tracked_files, with_bases
 from git_mgit.transfer import availability, history
 
@@ -107,17 +105,9 @@ def prune(repo: Repo, store: ChunkStore, since: str, dry_run: bool = False) -> R
         return report
     lines = [f"delete {ref} {refs[ref]}\n" for ref in drop_refs]
     if fold:
-        pack = PackWriter(repo.objects_dir)
-        try:
-            commit = anchors.write_anchor(
-                pack,
-                sorted((h, bytes.fromhex(o)) for h, o in fold.items()),
-                timestamp=int(time.time()),
-            )
-            pack.finish()
-        except BaseException:
-            pack.abort()
-            raise
+        commit = anchors.commit_objects(
+            repo, sorted((h, bytes.fromhex(o)) for h, o in fold.items())
+        )
         lines.append(f"create {ANCHOR_PREFIX}{commit} {commit}\n")
     repo.git("update-ref", "--stdin", input="".join(lines).encode())
     store.invalidate()

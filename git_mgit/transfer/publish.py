@@ -86,41 +86,38 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
         v: hashes(cands.versions[c.base].manifest) for v, c in plan.choices.items() if c.base
     }
     filed: dict[str, dict[bytes, tuple[str, int]]] = defaultdict(dict)
-    pack = PackWriter(store.repo.objects_dir)
-    objects = _Objects(store, pack)
     progress = Progress(
         "git-mgit: encoding what the push publishes",
         sum(cands.versions[v].manifest.size for v in chosen),
     )
     try:
-        for key, group in groups(cands, involved):
-            decoded = DecodedChunks(store)
-            at = dict(group)
-            for v, c in group:  # oldest first: a version's base is newer, so it comes later
-                h, raw = c.content_hash, decoded.get(c.content_hash)
-                choice = plan.choices.get(v)
-                unpaired = choice is not None and (choice.base is None or choice.base not in at)
-                if unpaired and h not in base_hashes.get(v, ()):
-                    filed[v][h] = objects.whole_of(h, raw, key[2])
-                levels = choice.levels if choice is not None else 0
-                for older, oc in group:  # the versions leaning on this one: their deltas, now
-                    och = plan.choices.get(older)
-                    if och is None or och.base != v or oc.content_hash in base_hashes[older]:
-                        continue
-                    filed[older][oc.content_hash] = objects.delta_of(
-                        oc.content_hash, decoded.get(oc.content_hash), h, raw, levels, key[2]
-                    )
-                progress.update(c.length if choice is not None else 0)
-        written = []
-        for v in plan.push_order():
-            ref = VersionRef(v, (plan.choices[v].base,) if plan.choices[v].base else ())
-            entries = sorted((h, bytes.fromhex(oid)) for h, (oid, _) in filed[v].items())
-            commit = anchors.write_anchor(pack, entries, timestamp=0, message=ref.message)
-            written.append(Written(VersionRef(v, ref.bases, commit), dict(filed[v])))
-        pack.finish()
-    except BaseException:
-        pack.abort()
-        raise
+        with PackWriter(store.repo.objects_dir) as pack:
+            objects = _Objects(store, pack)
+            for key, group in groups(cands, involved):
+                decoded = DecodedChunks(store)
+                at = dict(group)
+                for v, c in group:  # oldest first: a version's base is newer, so it comes later
+                    h, raw = c.content_hash, decoded.get(c.content_hash)
+                    choice = plan.choices.get(v)
+                    unpaired = choice is not None and (choice.base is None or choice.base not in at)
+                    if unpaired and h not in base_hashes.get(v, ()):
+                        filed[v][h] = objects.whole_of(h, raw, key[2])
+                    levels = choice.levels if choice is not None else 0
+                    for older, oc in group:  # the versions leaning on this one: their deltas, now
+                        och = plan.choices.get(older)
+                        if och is None or och.base != v or oc.content_hash in base_hashes[older]:
+                            continue
+                        filed[older][oc.content_hash] = objects.delta_of(
+                            oc.content_hash, decoded.get(oc.content_hash), h, raw, levels, key[2]
+                        )
+                    progress.update(c.length if choice is not None else 0)
+            written = []
+            for v in plan.push_order():
+                ref = VersionRef(v, (plan.choices[v].base,) if plan.choices[v].base else ())
+                entries = sorted((h, bytes.fromhex(oid)) for h, (oid, _) in filed[v].items())
+                commit = anchors.write_anchor(pack, entries, timestamp=0, message=ref.message)
+                written.append(Written(VersionRef(v, ref.bases, commit), dict(filed[v])))
+            pack.finish()
     finally:
         progress.finish()
     _set_refs(store, written, plan)
@@ -148,6 +145,9 @@ def _retired(store: ChunkStore, published: dict[bytes, str]) -> list[str]:
     """update-ref lines that replace each anchor filing another object of a published chunk
     with one filing the rest (same commit time, so gc's grace period is unchanged)."""
     repo = store.repo
+    superseded = {o for h, mine in published.items() for o, _, _ in store.holders(h) if o != mine}
+    if not superseded:
+        return []  # this clone had the chunks in the published form already (or not at all)
     out = []
     rows = repo.git(
         "for-each-ref", "--format=%(refname) %(objectname) %(committerdate:unix)", ANCHOR_PREFIX
@@ -155,17 +155,11 @@ def _retired(store: ChunkStore, published: dict[bytes, str]) -> list[str]:
     for line in rows.splitlines():
         ref, commit, when = line.split()
         filed = list(anchor_objects(repo, [commit], []))
-        keep = [(h, bytes.fromhex(o)) for h, o, _ in filed if published.get(h, o) == o]
+        keep = [(h, bytes.fromhex(o)) for h, o, _ in filed if o not in superseded]
         if len(keep) == len(filed):
             continue
         out.append(f"delete {ref} {commit}\n")
         if keep:
-            pack = PackWriter(repo.objects_dir)
-            try:
-                new = anchors.write_anchor(pack, keep, timestamp=int(when))
-                pack.finish()
-            except BaseException:
-                pack.abort()
-                raise
+            new = anchors.commit_objects(repo, keep, timestamp=int(when))
             out.append(f"create {ANCHOR_PREFIX}{new} {new}\n")
     return out

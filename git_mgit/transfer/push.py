@@ -24,7 +24,6 @@ from git_mgit.progress import format_size
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import VERSION_PREFIX, anchor_objects
-from git_mgit.store.packwriter import PackWriter
 from git_mgit.transfer import history, layout, notes, publish
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.remotes import list_versions, ls_remote, transfer
@@ -76,7 +75,7 @@ def push_versions(
     report = Report()
     listing = list_versions(repo, remote, f"{PARTIAL_PREFIX}*", "refs/heads/*", "refs/tags/*")
     published = Published.from_listing(listing)
-    here = _existing(repo, [*tips, *old_tips, *listing.values()])
+    here = repo.existing([*tips, *old_tips, *listing.values()])
     others = {
         name.removesuffix("^{}"): oid
         for name, oid in listing.items()
@@ -180,19 +179,6 @@ def _refuse_missing(store: ChunkStore, cands: layout.Candidates) -> None:
             )
 
 
-def _existing(repo: Repo, oids: Sequence[str]) -> set[str]:
-    """Which of `oids` this clone has."""
-    oids = list(dict.fromkeys(o for o in oids if o and o != ZERO))
-    if not oids:
-        return set()
-    out = repo.git_bytes(
-        "cat-file",
-        "--batch-check=%(objectname) %(objecttype)",
-        input="\n".join(oids).encode() + b"\n",
-    ).decode()
-    return {line.split()[0] for line in out.splitlines() if not line.endswith("missing")}
-
-
 def _send(repo: Repo, remote: str, report: Report, listing: dict[str, str], limit: int) -> None:
     """Push the written version refs in batches under `limit`, then delete what they replace.
 
@@ -259,7 +245,7 @@ def _send_in_parts(
     partial = PARTIAL_PREFIX + w.ref.name.removeprefix(VERSION_PREFIX)
     parent = listing.get(partial)
     done: dict[bytes, bytes] = {}
-    if parent is not None and _existing(repo, [parent]):
+    if parent is not None and parent in repo.existing([parent]):
         done = {h: bytes.fromhex(oid) for h, oid, _ in anchor_objects(repo, [parent], [])}
     else:
         parent = None  # nothing there, or another clone's parts: start a chain of our own
@@ -274,29 +260,20 @@ def _send_in_parts(
         size += n + _ENTRY_OVERHEAD
     for i, objects in enumerate(parts, 1):
         done.update((h, bytes.fromhex(oid)) for h, oid in objects)
-        parent = _commit(repo, done, parent, f"git-mgit part {i} of {len(parts)} of {w.ref.name}\n")
+        message = f"git-mgit part {i} of {len(parts)} of {w.ref.name}\n"
+        parent = anchors.commit_objects(
+            repo, sorted(done.items()), [parent] if parent else [], 0, message
+        )
         repo.git("update-ref", partial, parent)
         _push(repo, remote, [f"+{partial}:{partial}"])
         report.pushes += 1
-    final = _commit(repo, done, parent, w.ref.message)
+    final = anchors.commit_objects(
+        repo, sorted(done.items()), [parent] if parent else [], 0, w.ref.message
+    )
     repo.git("update-ref", w.ref.name, final)
     w.ref = VersionRef(w.ref.version, w.ref.bases, final)
     _push(repo, remote, [f"+{w.ref.name}:{w.ref.name}", f":{partial}"])
     repo.git("update-ref", "-d", partial)
-
-
-def _commit(repo: Repo, objects: dict[bytes, bytes], parent: str | None, message: str) -> str:
-    """A commit filing `objects`, written into a pack of its own here."""
-    pack = PackWriter(repo.objects_dir)
-    try:
-        commit = anchors.write_anchor(
-            pack, sorted(objects.items()), [parent] if parent else [], 0, message
-        )
-        pack.finish()
-    except BaseException:
-        pack.abort()
-        raise
-    return commit
 
 
 def _push(repo: Repo, remote: str, specs: list[str]) -> None:

@@ -40,10 +40,6 @@ class VersionRef:
         return f"git-mgit version {self.version}\n" + "".join(f"\nbases {b}\n" for b in self.bases)
 
 
-def ref_name(version: str, bases: Iterable[str] = ()) -> str:
-    return VersionRef(version, tuple(bases)).name
-
-
 def parse(refname: str, commit: str = "") -> VersionRef | None:
     """The version ref a ref name spells, or None for any other ref."""
     if not refname.startswith(VERSION_PREFIX):

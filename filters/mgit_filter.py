@@ -4,6 +4,11 @@ Smudges whose objects are missing are delayed (when git allows it) and
 fetched in one batch when git asks which blobs are available, so a clone or
 checkout of many model files costs one fetch, not one per file. Fetching is
 git_mgit.transfer's business; this module only says which versions.
+
+Files of at least mgit.directSize are delayed too, and then written around
+git's in-memory buffer (git_mgit.worktree): git writes a placeholder, the
+filter writes the model over it at git's next request, and records its stat
+data in the index at git's exit.
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ from git_mgit.filters.process import ContentSink, Delayed
 from git_mgit.gitcmd import Repo
 from git_mgit.smudge import missing_chunks, parse_or_none, smudge
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.gitobjects import object_id
+from git_mgit.worktree.journal import Journal
 
 if TYPE_CHECKING:  # transfer is imported only when objects are missing
     from git_mgit.transfer.fetch import Outcome
+    from git_mgit.worktree.session import DirectSession
 
 
 class MgitFilter:
@@ -39,6 +47,8 @@ class MgitFilter:
         self.store = ChunkStore(repo)
         self.delayed: dict[str, tuple[str, mf.Manifest]] = {}  # path -> (version, manifest)
         self._outcome: Outcome | None = None  # of the last fetch: why objects are not here
+        self.journal = Journal(repo.git_dir)
+        self._direct: DirectSession | None = None  # once a large file is checked out
 
     def _prepare(self) -> None:
         importlib.import_module("git_mgit.codecs.codec")  # and the decoder, which it imports
@@ -59,7 +69,39 @@ class MgitFilter:
         from git_mgit.clean import clean  # the clean path's modules: not needed to check out
 
         self._streaming.set()
+        written = self._directly_written(pathname)
+        if written is not None:
+            return written  # the server reads (and drops) the content git sends
         return clean(src, pathname, self.store, self.settings)
+
+    def _directly_written(self, pathname: str) -> bytes | None:
+        """The manifest of a file this tool wrote directly and nobody has touched since.
+
+        git compares its content when the index does not yet have its stat
+        data (a refresh before the filter's exit, or after a kill): hashing
+        gigabytes again would only say what the journal already knows.
+        """
+        if self.repo.worktree is None or not self.journal.active():
+            return None
+        record = self.journal.get(pathname)
+        if record is None:
+            return None
+        if record.matches(self.repo.worktree):
+            (blob,) = self.repo.cat_blobs([record.blob])
+            return blob
+        if not record.finished:
+            print(
+                f"git-mgit: {pathname}: its checkout did not finish; "
+                f"run `git mgit checkout -- {pathname}`",
+                file=sys.stderr,
+            )
+        return None
+
+    def _large(self, m: mf.Manifest) -> bool:
+        """Whether `m`'s file goes around git's buffer (mgit.directSize)."""
+        if m.size < config.MIN_DIRECT_SIZE or self.repo.worktree is None:
+            return False  # no `git config` for small files
+        return 0 < self.settings.direct_size <= m.size
 
     def smudge(self, pathname: str, data: bytes, sink: ContentSink, can_delay: bool) -> None:
         try:
@@ -67,18 +109,26 @@ class MgitFilter:
             if m is None:
                 sink.write(data)
                 return
+            retried = version is not None
+            large = self._large(m)
+            if can_delay and (large or missing_chunks(m, self.store)):
+                self.delayed[pathname] = (object_id("blob", [data]).hex(), m)
+                raise Delayed(pathname)
             if missing_chunks(m, self.store):
                 from git_mgit.transfer import fetch
 
                 if version is None:
                     version = fetch.version_id(data)
-                if can_delay:
-                    self.delayed[pathname] = (version, m)
-                    raise Delayed(pathname)
                 self._fetch({version: m})
                 if missing_chunks(m, self.store):
                     outcome = self._outcome or fetch.Outcome()
                     raise fetch.missing_error(pathname, self.store, m, outcome)
+
+            if retried and large:
+                sink.write(self._session().place(pathname, version, m))
+                return
+            if self.journal.active():
+                self.journal.drop(pathname)  # git writes this file itself now
 
             def write(block: memoryview | bytes) -> None:
                 sink.write(block)
@@ -88,14 +138,27 @@ class MgitFilter:
         finally:
             self._streaming.set()
 
+    def _session(self) -> DirectSession:
+        if self._direct is None:
+            from git_mgit.worktree.session import DirectSession
+
+            self._direct = DirectSession(self.repo, self.store)
+        return self._direct
+
+    def settle(self) -> None:
+        """git has written the placeholders answered so far: write the models over them."""
+        if self._direct is not None:
+            self._direct.write_placed()
+
     def list_available(self) -> list[str]:
         """Fetch once for every delayed path; hand all of them back.
 
         Paths whose objects are still missing are handed back too, so that the
         re-sent smudge reports a clear error instead of git waiting forever.
         """
-        if self.delayed:
-            self._fetch(dict(self.delayed.values()))
+        wanted = {v: m for v, m in self.delayed.values() if missing_chunks(m, self.store)}
+        if wanted:
+            self._fetch(wanted)
         return list(self.delayed)
 
     def _fetch(self, wanted: dict[str, mf.Manifest]) -> None:
@@ -105,6 +168,13 @@ class MgitFilter:
         self._outcome = fetch.fetch_versions(self.store, wanted)
 
     def close(self) -> None:
+        """At git's exit (it waits for us): finish direct writes, give the index their stat data."""
         self._streaming.set()
-        self._warm_up.join()
-        self.store.close()
+        try:
+            if self._direct is not None:
+                self._direct.finish()
+        except MgitError as exc:
+            print(f"git-mgit: {exc}", file=sys.stderr)
+        finally:
+            self._warm_up.join()
+            self.store.close()

@@ -42,6 +42,11 @@ class FilterHandler(Protocol):
         """Write the working-tree file for clean blob `data` to sink; raise Delayed only if can_delay."""
         ...
 
+    def settle(self) -> None:
+        """Finish work on files already answered: git has written them by the time it asks
+        which delayed blobs are available (called first at every such request)."""
+        ...
+
     def list_available(self) -> list[str]:
         """Resolve delayed paths (may block, e.g. to fetch) and return those ready now.
 
@@ -197,6 +202,10 @@ class _Server:
 
     def _list_available(self) -> None:
         ready: list[str] = []
+        try:
+            self._handler.settle()
+        except Exception as exc:  # reported; the delayed paths still get their answer
+            _report(exc, "finishing files for", "this checkout")
         if self._delayed:
             try:
                 ready = self._handler.list_available()

@@ -29,6 +29,8 @@ DEFAULT_GRACE = "14.days.ago"
 DEFAULT_MAX_PUSH = 3 * 512 * 1024 * 1024
 DEFAULT_FETCH_BUDGET = 2.0
 DEFAULT_PRUNE_KEEP = "7.days.ago"
+DEFAULT_DIRECT_SIZE = 256 * 1024 * 1024
+MIN_DIRECT_SIZE = 1024 * 1024  # below this git's buffer costs nothing worth a placeholder
 # Room left under mgit.maxObjectSize for an object's header: at most ~200 bytes
 # and 5 per MiB frame of each plane (under 1 KiB for a 95 MB chunk); this leaves
 # 4 KiB and 64 bytes per MiB. A chunk is at most its object's payload: frames
@@ -48,6 +50,7 @@ class Settings:
     max_push_size: int = DEFAULT_MAX_PUSH
     fetch_budget: float = DEFAULT_FETCH_BUDGET
     prune_keep: str = DEFAULT_PRUNE_KEEP
+    direct_size: int = DEFAULT_DIRECT_SIZE  # checked out around git's buffer from here up; 0: never
 
 
 T = TypeVar("T")
@@ -91,6 +94,7 @@ def load(repo: Repo) -> Settings:
     depth = read("mgit.maxChainDepth", int, DEFAULT_MAX_DEPTH)
     max_push = read("mgit.maxPushSize", parse_size, DEFAULT_MAX_PUSH)
     budget = read("mgit.fetchBudget", float, DEFAULT_FETCH_BUDGET)
+    direct = read("mgit.directSize", parse_size, DEFAULT_DIRECT_SIZE)
     if chunk < 4096 or chunk % 8:
         raise MgitError("git config mgit.chunkSize must be a multiple of 8 and at least 4096")
     if max_object < _MIN_OBJECT:
@@ -101,6 +105,8 @@ def load(repo: Repo) -> Settings:
         raise MgitError("git config mgit.maxPushSize must be at least mgit.maxObjectSize")
     if budget < 1:
         raise MgitError("git config mgit.fetchBudget must be at least 1 (a version's own size)")
+    if direct and direct < MIN_DIRECT_SIZE:
+        raise MgitError("git config mgit.directSize must be 0 (never) or at least 1m")
     return Settings(
         chunk_size=min(chunk, chunk_limit(max_object)),
         max_chain_depth=depth,
@@ -109,4 +115,5 @@ def load(repo: Repo) -> Settings:
         max_push_size=max_push,
         fetch_budget=budget,
         prune_keep=values.get("mgit.prunekeep", DEFAULT_PRUNE_KEEP),
+        direct_size=direct,
     )

@@ -24,6 +24,7 @@ class TrackedFile:
     path: str
     blob: str  # object id of what git stores for the path (normally a manifest)
     manifest: mf.Manifest | None  # None: stored as a plain blob (added before tracking)
+    mode: str = "100644"
 
 
 def filters(repo: Repo, paths: Iterable[str]) -> dict[str, str]:
@@ -43,29 +44,31 @@ def mgit_filtered(repo: Repo, paths: Iterable[str]) -> set[str]:
     return {p for p, value in filters(repo, paths).items() if value == "mgit"}
 
 
-def tracked_files(repo: Repo, reader: ObjectReader, rev: str | None = None) -> list[TrackedFile]:
-    """Files with filter=mgit in the index (rev=None) or in a revision's tree."""
-    if rev is None:
-        listing = repo.git_bytes("ls-files", "-s", "-z")
+def tracked_files(
+    repo: Repo, reader: ObjectReader, rev: str | None = None, paths: Sequence[str] = ()
+) -> list[TrackedFile]:
+    """Files with filter=mgit in the index (rev=None) or in a revision's tree.
+
+    `paths`: pathspecs relative to the worktree's top, to list only those.
+    """
+    spec = ["--", *paths] if paths else []
+    if rev is None:  # "<mode> <oid> <stage>\t<path>": a conflicted path once per stage
+        listing = repo.git_bytes("ls-files", "-s", "-z", *spec)
+        fields = [(e.split(b"\t", 1), e.split()) for e in listing.split(b"\0") if e]
+        entries = [(n[1].decode(), f[1].decode(), f[0].decode()) for n, f in fields]
+    else:  # "<mode> <type> <oid>\t<path>"
+        listing = repo.git_bytes("ls-tree", "-r", "-z", rev, *spec)
+        fields = [(e.split(b"\t", 1), e.split()) for e in listing.split(b"\0") if e]
         entries = [
-            (e.split(b"\t", 1)[1].decode(), e.split()[1].decode())
-            for e in listing.split(b"\0")
-            if e
+            (n[1].decode(), f[2].decode(), f[0].decode()) for n, f in fields if f[1] == b"blob"
         ]
-    else:
-        listing = repo.git_bytes("ls-tree", "-r", "-z", rev)
-        entries = [
-            (e.split(b"\t", 1)[1].decode(), e.split()[2].decode())
-            for e in listing.split(b"\0")
-            if e and e.split()[1] == b"blob"
-        ]
-    paths = mgit_filtered(repo, [p for p, _ in entries])
+    filtered = mgit_filtered(repo, [p for p, _, _ in entries])
     out = []
-    for path, blob in entries:
-        if path in paths:
+    for path, blob, mode in entries:
+        if path in filtered:
             data = reader.read(blob)
             m = mf.parse(bytes(data)) if data is not None and mf.looks_like_manifest(data) else None
-            out.append(TrackedFile(path, blob, m))
+            out.append(TrackedFile(path, blob, m, mode))
     return out
 
 

@@ -72,6 +72,9 @@ class FakeHandler:
         if "smudge-error-late" in pathname:
             raise MgitError(f"{pathname}: fake smudge failed halfway")
 
+    def settle(self) -> None:
+        pass  # nothing is written after its answer
+
     def list_available(self) -> list[str]:
         ready = self.pending[:1]
         del self.pending[:1]

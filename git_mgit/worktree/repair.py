@@ -1,0 +1,129 @@
+"""`git mgit checkout`: (re)write model files straight from the object store.
+
+Without paths it finishes what direct checkouts left unfinished (the
+journal's open records: a killed git, a full disk, a missing object); with
+paths it rewrites those files from the index, or from REV (and then stages
+REV's version, as `git checkout REV -- PATH` does). Every file goes the
+direct way whatever its size, and the index gets its stat data, so `git
+status` is clean afterwards without hashing anything again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from git_mgit.errors import MgitError
+from git_mgit.gitcmd import Repo
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tracked import TrackedFile, tracked_files
+
+from .journal import Journal, Record, stat_key
+from .session import record_written
+from .write import write_model
+
+
+@dataclass
+class Outcome:
+    written: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def checkout(
+    repo: Repo,
+    store: ChunkStore,
+    rev: str | None,
+    paths: Sequence[str],
+    say: Callable[[str], None],
+) -> Outcome:
+    """Write the model files `rev` and `paths` name (see the module docstring)."""
+    if repo.worktree is None:
+        raise MgitError("git mgit checkout needs a working tree")
+    journal = Journal(repo.git_dir)
+    if not paths and rev is None:
+        files = _unfinished(repo, store, journal)
+    else:
+        files = _named(repo, store, rev, paths)
+    out = Outcome()
+    if not files:
+        return out
+    from git_mgit.transfer.fetch import ensure_local  # one batch for every file
+
+    ensure_local(store, [(f.path, f.manifest) for f in files if f.manifest is not None])
+    if rev is not None:  # stage REV's versions first: a kill mid-write then leaves them unclean
+        info = "".join(f"{f.mode} {f.blob}\t{f.path}\n" for f in files)
+        repo.git("update-index", "--index-info", input=info.encode())
+    written: dict[str, tuple[str, os.stat_result]] = {}
+    for f in files:
+        assert f.manifest is not None
+        journal.put(Record(f.path, f.blob, None))
+        try:
+            st = write_model(
+                repo.worktree / f.path, f.path, f.manifest, store, executable=f.mode == "100755"
+            )
+        except (MgitError, OSError) as exc:
+            say(_failure(f.path, exc))
+            out.failed.append(f.path)
+            continue
+        journal.put(Record(f.path, f.blob, stat_key(st)))
+        written[f.path] = (f.blob, st)
+        out.written.append(f.path)
+    record_written(repo, journal, written)
+    return out
+
+
+def _failure(path: str, exc: Exception) -> str:
+    if isinstance(exc, MgitError):
+        return str(exc)
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"{path}: writing it failed ({reason}); fix that, then run `git mgit checkout -- {path}`"
+
+
+def _named(
+    repo: Repo, store: ChunkStore, rev: str | None, paths: Sequence[str]
+) -> list[TrackedFile]:
+    assert repo.worktree is not None
+    top = repo.worktree
+    specs = [os.path.relpath(os.path.abspath(p), top) for p in paths]
+    if any(s == ".." or s.startswith("../") for s in specs):
+        raise MgitError(f"{paths[0]}: outside the working tree {top}")
+    files = tracked_files(repo, store.reader, rev, specs)
+    conflicted = [p for p, n in Counter(f.path for f in files).items() if n > 1]
+    if conflicted:
+        raise MgitError(
+            f"{conflicted[0]}: has a merge conflict; resolve it (`git mgit resolve`) first"
+        )
+    files = [f for f in files if f.manifest is not None]
+    if not files:
+        where = rev or "the index"
+        raise MgitError(
+            f"{' '.join(paths) or where}: no model files tracked by git-mgit in {where}"
+        )
+    return files
+
+
+def _unfinished(repo: Repo, store: ChunkStore, journal: Journal) -> list[TrackedFile]:
+    """The index's versions of files whose direct write did not finish.
+
+    Records of finished writes the index still lacks are settled on the way;
+    records of files changed since are dropped: those files are the user's now.
+    """
+    assert repo.worktree is not None
+    open_paths, settle = [], {}
+    for record in journal:
+        if not record.finished:
+            open_paths.append(record.path)
+        elif record.matches(repo.worktree):
+            st = (repo.worktree / record.path).lstat()
+            settle[record.path] = (record.blob, st)
+        else:
+            journal.drop(record.path)
+    record_written(repo, journal, settle)
+    if not open_paths:
+        return []
+    files = [f for f in tracked_files(repo, store.reader, None, open_paths) if f.manifest]
+    for path in set(open_paths) - {f.path for f in files}:
+        journal.drop(path)  # no longer a model file in the index: nothing to finish
+    return files

@@ -1,0 +1,111 @@
+"""The filter's side of direct writes, across the requests of one git command.
+
+1. smudge of a large file that git lets us delay: delay it (even when its
+   objects are here), so git asks again from its delayed-checkout loop;
+2. the re-sent smudge: record the write as started, answer the placeholder;
+3. git's next request (it always asks which blobs are available once more
+   after the last re-sent smudge, before it writes the index): git has
+   written the placeholder by now, so write the model over it;
+4. git's exit (it closes our stdin and waits for us): record the written
+   files' stat data in the index git has just written.
+
+A kill at any point leaves either the index's old stat data (git never wrote
+the index) or stat data that does not match the file (step 3 changes it
+before it writes anything); git then compares content, and the clean filter
+says the file is not the committed one unless the write had finished.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from git_mgit import manifest as mf
+from git_mgit.errors import MgitError
+from git_mgit.gitcmd import Repo
+from git_mgit.store.chunkstore import ChunkStore
+
+from . import placeholder
+from .gitindex import IndexBusy, record_stats
+from .journal import Journal, Record, stat_key
+from .write import write_model
+
+
+@dataclass(frozen=True)
+class Placed:
+    blob: str
+    manifest: mf.Manifest
+    text: bytes
+
+
+class DirectSession:
+    def __init__(self, repo: Repo, store: ChunkStore) -> None:
+        if repo.worktree is None:
+            raise MgitError("direct checkout needs a working tree")
+        self.repo, self.store, self.worktree = repo, store, repo.worktree
+        self.journal = Journal(repo.git_dir)
+        self.placed: dict[str, Placed] = {}
+        self.written: dict[str, tuple[str, os.stat_result]] = {}
+
+    def place(self, path: str, blob: str, m: mf.Manifest) -> bytes:
+        """Step 2: the placeholder git writes now; the model follows at git's next request."""
+        self.journal.put(Record(path, blob, None))
+        self.written.pop(path, None)
+        text = placeholder.text(path, blob, m.size)
+        self.placed[path] = Placed(blob, m, text)
+        return text
+
+    def write_placed(self) -> None:
+        """Step 3. A failed file is removed and named in one line with what to run."""
+        while self.placed:
+            path, p = next(iter(self.placed.items()))
+            del self.placed[path]
+            try:
+                st = write_model(
+                    self.worktree / path, path, p.manifest, self.store, placeholder=p.text
+                )
+            except MgitError as exc:
+                _say(f"{exc}")
+                continue
+            except OSError as exc:
+                _say(
+                    f"{path}: writing it failed ({exc.strerror or exc}); free the space or fix "
+                    f"the cause, then run `git mgit checkout -- {path}`"
+                )
+                continue
+            self.journal.put(Record(path, p.blob, stat_key(st)))
+            self.written[path] = (p.blob, st)
+
+    def finish(self) -> None:
+        """Step 4, at git's exit: the index git wrote gets the written files' stat data."""
+        self.write_placed()
+        record_written(self.repo, self.journal, self.written)
+        self.written.clear()
+
+
+def record_written(
+    repo: Repo, journal: Journal, written: dict[str, tuple[str, os.stat_result]]
+) -> None:
+    """Patch the index; drop the journal records it now vouches for.
+
+    Records of files the index could not take (busy lock, split index, the
+    entry changed meanwhile) stay: the clean filter uses them to answer
+    git's own refresh without hashing the file.
+    """
+    if not written:
+        return
+    fmt, index = repo.git(
+        "rev-parse", "--show-object-format", "--path-format=absolute", "--git-path", "index"
+    ).splitlines()
+    try:
+        done = record_stats(Path(index), written, 32 if fmt == "sha256" else 20)
+    except IndexBusy:
+        done = set()
+    for name in done:
+        journal.drop(name)
+
+
+def _say(message: str) -> None:
+    print(f"git-mgit: {message}", file=sys.stderr, flush=True)

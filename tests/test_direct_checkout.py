@@ -1,0 +1,315 @@
+"""Large model files check out around git's in-memory buffer, with the real git.
+
+Every test sets mgit.directSize to 1m (its floor) and uses models of about
+2 MiB, so each git command below takes the direct path: the filter hands git
+a placeholder, writes the model over it, and records its stat data in the
+index at git's exit. A file the direct path wrote has a whole-second mtime
+(set a second back, so the index is strictly newer); `git diff-files`, which
+compares stat data only, shows that the index already has it before any
+`git status` could refresh it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from tests.gitsandbox import GitHttpServer, Remote, init_bare_remote, init_http_remote, run_git
+from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
+
+MODEL = "model.safetensors"
+ROWS = 8192  # embed.weight: 8192 x 64 fp32 = 2 MiB
+
+
+def versions(n: int, seed: int = 7) -> list[bytes]:
+    out = [model_bytes(seed, n=ROWS)]
+    for i in range(1, n):
+        out.append(model_bytes(seed + i, base=tensors_of(out[-1]), step=1e-3))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def direct_from_1m(isolated_git: Path, tmp_path: Path) -> None:
+    run_git("config", "--global", "mgit.directSize", "1m", cwd=tmp_path)
+
+
+def journal(repo: Path) -> list[Path]:
+    d = repo / ".git" / "mgit" / "direct"
+    return sorted(d.iterdir()) if d.is_dir() else []
+
+
+def assert_direct(repo: Path, data: bytes, status: str = "", *scope: str) -> None:
+    """Byte-exact, written by the direct path, stat data in the index, clean after touch.
+
+    `status`: what `git status --porcelain` must say (of `scope`, default everything).
+    """
+    path = repo / MODEL
+    assert path.read_bytes() == data
+    assert path.stat().st_mtime_ns % 1_000_000_000 == 0, "git wrote it, not the direct path"
+    if not status:  # stat data only, no refresh: the index already matches the file
+        assert run_git("diff-files", "--name-only", "--", MODEL, cwd=repo).stdout == ""
+        assert journal(repo) == []
+    assert run_git("status", "--porcelain", "--", *scope, cwd=repo).stdout == status
+    os.utime(path)  # touch: git compares content, which is the committed one
+    assert run_git("status", "--porcelain", "--", *scope, cwd=repo).stdout == status
+    if not status:
+        assert run_git("diff", "--stat", "--", *scope, cwd=repo).stdout == ""
+
+
+def commit_model(repo: Path, data: bytes, message: str) -> str:
+    (repo / MODEL).write_bytes(data)
+    run_git("add", MODEL, cwd=repo)
+    run_git("commit", "-q", "-m", message, cwd=repo)
+    return run_git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+
+
+def commit_other(repo: Path, text: str) -> None:
+    (repo / "notes.txt").write_text(text)
+    run_git("add", "notes.txt", cwd=repo)
+    run_git("commit", "-q", "-m", text, cwd=repo)
+
+
+@pytest.fixture
+def two_branches(tmp_path: Path) -> tuple[Path, list[bytes]]:
+    """main: v0 then an unrelated commit; `next` (from v0): v1."""
+    v = versions(3)
+    repo = init_mgit_repo(tmp_path / "repo")
+    commit_model(repo, v[0], "v0")
+    run_git("branch", "next", cwd=repo)
+    commit_other(repo, "main's own change")
+    run_git("checkout", "-q", "next", cwd=repo)
+    commit_model(repo, v[1], "v1")
+    run_git("checkout", "-q", "main", cwd=repo)
+    assert_direct(repo, v[0])
+    return repo, v
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["checkout", "-q", "next"],
+        ["switch", "-q", "next"],
+        ["reset", "-q", "--hard", "next"],
+        ["merge", "-q", "--no-edit", "next"],
+        ["rebase", "-q", "next"],
+        ["cherry-pick", "next"],
+        ["restore", "--source", "next", "--staged", "--worktree", MODEL],
+    ],
+    ids=lambda c: c[0],
+)
+def test_git_commands_write_large_files_directly(
+    two_branches: tuple[Path, list[bytes]], command: list[str]
+) -> None:
+    repo, v = two_branches
+    run_git(*command, cwd=repo)
+    assert_direct(repo, v[1], "M  model.safetensors\n" if command[0] == "restore" else "")
+
+
+def test_stash_pop_writes_directly(two_branches: tuple[Path, list[bytes]]) -> None:
+    repo, v = two_branches
+    (repo / MODEL).write_bytes(v[2])
+    run_git("stash", "-q", cwd=repo)
+    assert_direct(repo, v[0])  # stash resets the file: that goes direct too
+    run_git("stash", "pop", "-q", cwd=repo)
+    # A modification now, not the committed file: the journal vouches for it until git
+    # refreshes, so status says modified without hashing it again.
+    assert_direct(repo, v[2], " M model.safetensors\n")
+    run_git("add", MODEL, cwd=repo)
+    assert status_porcelain(repo) == "M  model.safetensors\n"
+    run_git("commit", "-q", "-m", "v2", cwd=repo)
+    assert run_git("cat-file", "--filters", f"HEAD:{MODEL}", cwd=repo, text=False).stdout == v[2]
+
+
+@pytest.fixture(params=["file", "http"])
+def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
+    if request.param == "file":
+        return init_bare_remote(tmp_path / "remote.git")
+    server: GitHttpServer = request.getfixturevalue("git_http_server")
+    return init_http_remote(server)
+
+
+def test_clone_pull_and_old_checkout_write_directly(tmp_path: Path, remote: Remote) -> None:
+    """A fresh clone (no repository set-up yet, hooks elsewhere), a pull, and an old
+    version whose objects the clone does not have (fetched in one batch first)."""
+    hooks = tmp_path / "team-hooks"
+    hooks.mkdir()
+    run_git("config", "--global", "core.hooksPath", str(hooks), cwd=tmp_path)
+    v = versions(3)
+    src = init_mgit_repo(tmp_path / "src")
+    first = commit_model(src, v[0], "v0")
+    commit_model(src, v[1], "v1")
+    run_git("remote", "add", "origin", remote.url, cwd=src)
+    run_git("push", "-q", "-u", "origin", "main", cwd=src)
+
+    run_git("clone", "-q", remote.url, "clone", cwd=tmp_path)
+    dst = tmp_path / "clone"
+    assert_direct(dst, v[1])
+
+    commit_model(src, v[2], "v2")
+    run_git("push", "-q", cwd=src)
+    run_git("pull", "-q", cwd=dst)
+    assert_direct(dst, v[2])
+
+    run_git("checkout", "-q", first, cwd=dst)  # v0's objects are only on the remote
+    assert_direct(dst, v[0])
+
+
+def test_kill_during_direct_write_is_never_clean_and_checkout_finishes_it(
+    two_branches: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    repo, v = two_branches
+    marker = tmp_path / "stalled"
+    env = {**os.environ, "GIT_MGIT_TEST_DIRECT_STALL": f"{len(v[1]) // 2}:{marker}"}
+    git = subprocess.Popen(
+        ["git", "checkout", "-q", "next"],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert git.poll() is None and time.monotonic() < deadline, git.communicate()
+        time.sleep(0.01)
+    time.sleep(0.05)  # the marker is written before its pid: let the write land
+    os.kill(int(marker.read_text()), signal.SIGKILL)  # the filter, midway through the model
+    git.communicate(timeout=60)
+
+    assert (repo / MODEL).read_bytes() not in (v[0], v[1])  # a partial file
+    status = run_git("status", "--porcelain", cwd=repo)
+    assert status.stdout != "", "a partial model passed for the committed one"
+    assert f"git mgit checkout -- {MODEL}" in status.stderr
+
+    out = mgit("checkout", "--", MODEL, cwd=repo)
+    assert f"wrote {MODEL}" in out.stdout
+    staged = run_git("rev-parse", f":{MODEL}", cwd=repo).stdout.strip()
+    expected = (
+        v[1] if staged == run_git("rev-parse", f"next:{MODEL}", cwd=repo).stdout.strip() else v[0]
+    )
+    assert_direct(repo, expected, "", MODEL)  # git itself died mid-checkout: other files vary
+
+
+def test_failed_write_removes_the_file_names_it_and_checkout_finishes(
+    two_branches: tuple[Path, list[bytes]],
+) -> None:
+    """A write that fails (here: over the file-size limit, as a full disk would) leaves
+    no partial file; one line says what to run; `git mgit checkout` finishes it."""
+    repo, v = two_branches
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    proc = subprocess.run(
+        ["git", "checkout", "-q", "next"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        preexec_fn=small_files,
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("git-mgit:")]
+    assert len(lines) == 1 and MODEL in lines[0] and "git mgit checkout -- " in lines[0], (
+        proc.stderr
+    )
+    assert not (repo / MODEL).exists()
+    assert status_porcelain(repo) == f" D {MODEL}\n"
+
+    assert f"wrote {MODEL}" in mgit("checkout", cwd=repo).stdout
+    assert_direct(repo, v[1])
+    assert "nothing to finish" in mgit("checkout", cwd=repo).stdout
+
+
+def test_checkout_rev_paths_stages_and_writes(two_branches: tuple[Path, list[bytes]]) -> None:
+    repo, v = two_branches
+    mgit("checkout", "next", "--", MODEL, cwd=repo)
+    assert_direct(repo, v[1], f"M  {MODEL}\n")
+    mgit("checkout", "HEAD", "--", MODEL, cwd=repo)
+    assert_direct(repo, v[0])
+    (repo / MODEL).write_bytes(b"scribbled over")
+    mgit("checkout", "--", MODEL, cwd=repo)  # from the index, whatever is there
+    assert_direct(repo, v[0])
+    bad = mgit("checkout", "--", "notes.txt", cwd=repo, check=False)
+    assert bad.returncode != 0 and "no model files tracked by git-mgit" in bad.stderr
+
+
+def test_small_files_and_other_consumers_keep_the_filter_path(
+    two_branches: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    """Below the threshold, and where git offers no delay (archive, cat-file), the bytes
+    come through the filter as before: never a placeholder."""
+    repo, v = two_branches
+    run_git("config", "mgit.directSize", "64m", cwd=repo)
+    run_git("checkout", "-q", "next", cwd=repo)
+    assert (repo / MODEL).read_bytes() == v[1]
+    assert (repo / MODEL).stat().st_mtime_ns % 1_000_000_000 != 0
+    run_git("config", "--unset", "mgit.directSize", cwd=repo)  # the global 1m again
+    assert run_git("cat-file", "--filters", f"main:{MODEL}", cwd=repo, text=False).stdout == v[0]
+    run_git("archive", "-o", str(tmp_path / "a.tar"), "main", cwd=repo)
+    import tarfile
+
+    with tarfile.open(tmp_path / "a.tar") as tar:
+        member = tar.extractfile(MODEL)
+        assert member is not None and member.read() == v[0]
+
+
+RSS_LIMIT_MB = 150
+
+
+def peak_rss_mb(cmd: list[str], cwd: Path) -> float:
+    """The largest resident set of any process the command ran (git's, git-mgit's, ...).
+
+    RUSAGE_CHILDREN in a fresh wrapper process: Linux keeps, for every process, the
+    largest peak among the descendants it has waited for.
+    """
+    probe = (
+        "import resource, subprocess, sys\n"
+        "subprocess.run(sys.argv[1:], check=True)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, *cmd], cwd=cwd, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split()[-1]) / 1024
+
+
+def test_memory_stays_bounded_for_a_model_three_times_larger(tmp_path: Path) -> None:
+    """A model 3x the limit, clone and checkout of another version: every process of
+    each stays under 150 MiB (git's filter path needs the whole file in git's memory)."""
+    run_git("config", "--global", "mgit.maxObjectSize", "8m", cwd=tmp_path)
+    rows = 3 * RSS_LIMIT_MB * 1024 * 1024 // (4 * 1024 * 16) + 64
+    rng = np.random.default_rng(3)
+    tensors = {
+        f"layer.{i}.weight": rng.standard_normal((rows, 1024), dtype=np.float32) * 0.02
+        for i in range(16)
+    }
+    src = init_mgit_repo(tmp_path / "src")
+    save_file(tensors, src / MODEL)
+    size = (src / MODEL).stat().st_size
+    assert size >= 3 * RSS_LIMIT_MB * 1024 * 1024
+    run_git("add", MODEL, cwd=src)
+    run_git("commit", "-q", "-m", "v0", cwd=src)
+    first = (src / MODEL).read_bytes()
+    tensors["layer.0.weight"] += 1e-3
+    save_file(tensors, src / MODEL)
+    del tensors
+    tip = (src / MODEL).read_bytes()
+    run_git("add", MODEL, cwd=src)
+    run_git("commit", "-q", "-m", "v1", cwd=src)
+
+    clone_peak = peak_rss_mb(["git", "clone", "-q", str(src), "dst"], tmp_path)
+    dst = tmp_path / "dst"
+    assert (dst / MODEL).read_bytes() == tip
+    checkout_peak = peak_rss_mb(["git", "checkout", "-q", "HEAD~1"], dst)
+    assert (dst / MODEL).read_bytes() == first
+    assert status_porcelain(dst) == ""
+    assert clone_peak < RSS_LIMIT_MB and checkout_peak < RSS_LIMIT_MB, (clone_peak, checkout_peak)

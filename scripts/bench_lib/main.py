@@ -20,6 +20,7 @@ from pathlib import Path
 import checkpointing
 import deltabits
 import history_bench
+import large_bench
 import lineage_graph
 import models
 import phases
@@ -42,8 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smoke test in about a minute: 64 MiB files, 256 MiB memory check, "
-        "4 checkpoints, no plain git on big files, one repetition",
+        help="smoke test: 64 MiB files, 256 MiB memory check, 4 checkpoints, "
+        "a 512 MiB large checkout, no plain git on big files, one repetition",
     )
     p.add_argument("--size-mib", type=int, help="size of the fp32 and bf16 files (default 512)")
     p.add_argument("--rss-size-mib", type=int, help="size of the memory-check file (default 2048)")
@@ -95,13 +96,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="only the history section: clone, pull, old checkout and push over 20-checkpoint "
         "series against git-lfs (about 10 minutes, --quick 4 checkpoints)",
     )
+    p.add_argument(
+        "--large-only",
+        action="store_true",
+        help="only the large checkout section: clone, checkout and warm checkouts of two "
+        "versions of one big model against git-lfs, time and peak RSS of the largest process "
+        "(about 15 minutes at 4096 MiB, 2 at 512)",
+    )
+    p.add_argument(
+        "--large-size-mib",
+        type=int,
+        help="size of the large checkout section's model (default 4096)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the scratch folder, for debugging")
     p.add_argument(
         "--out", type=Path, default=ROOT / "bench-out" / "results.json", help="JSON output file"
     )
     args = p.parse_args(argv)
-    defaults = (64, 256, 4, 1, 1) if args.quick else (512, 2048, 10, 3, 7)
-    names = ("size_mib", "rss_size_mib", "checkpoints", "repeat", "checkout_repeat")
+    defaults = (64, 256, 4, 1, 1, 512) if args.quick else (512, 2048, 10, 3, 7, 4096)
+    names = (
+        "size_mib",
+        "rss_size_mib",
+        "checkpoints",
+        "repeat",
+        "checkout_repeat",
+        "large_size_mib",
+    )
     for name, value in zip(names, defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -168,6 +188,12 @@ def _history_only(args: argparse.Namespace, scratch: Path) -> int:
     return _section_only(args, "history", data, report.history_table(data), checks)
 
 
+def _large_only(args: argparse.Namespace, scratch: Path) -> int:
+    data = large_bench.bench(scratch, isolated_env(scratch), args.large_size_mib)
+    checks = report.large_targets(data)
+    return _section_only(args, "large", data, report.large_table(data), checks)
+
+
 def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
     """Every section of the benchmark; returns the raw results."""
     ctx = Context(
@@ -230,6 +256,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
     results["series"] = series
     if not args.core_only:
         results["history"] = history_bench.bench(ctx.scratch, ctx.env, args.quick)
+        results["large"] = large_bench.bench(ctx.scratch, ctx.env, args.large_size_mib)
         _later_sections(args, ctx, data, results)
 
     chunk = rss["tools"][MGIT]["chunk_size"]  # type: ignore[index]
@@ -241,6 +268,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
         "size_mib": args.size_mib,
         "rss_size_mib": args.rss_size_mib,
         "checkpoints": args.checkpoints,
+        "large_size_mib": args.large_size_mib,
     }
     return results
 
@@ -281,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             return _selection_only(args, scratch)
         if args.history_only:
             return _history_only(args, scratch)
+        if args.large_only:
+            return _large_only(args, scratch)
         results = run(args, scratch)
     finally:
         if args.keep:

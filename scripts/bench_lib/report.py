@@ -184,6 +184,8 @@ def targets(results: dict[str, Any]) -> list[Target]:
     )
     if "history" in results:
         out += history_targets(results["history"])
+    if "large" in results:
+        out += large_targets(results["large"])
     if "lineage" in results:
         out += lineage_targets(results["lineage"])
     if "query" in results:
@@ -721,6 +723,8 @@ def render(results: dict[str, Any], checks: list[Target]) -> str:
         parts += [_series_table(label, run), ""]
     if "history" in results:
         parts += [history_table(results["history"]), ""]
+    if "large" in results:
+        parts += [large_table(results["large"]), ""]
     if "lineage" in results:
         parts += [lineage_table(results["lineage"]), ""]
     if "query" in results:
@@ -864,3 +868,105 @@ def history_targets(data: dict[str, Any]) -> list[Target]:
             )
         )
     return out
+
+
+LARGE_STEPS = {
+    "clone": "clone (checks out v2)",
+    "checkout": "checkout HEAD~1 (v1, fetched on demand)",
+    "warm": "warm checkout -, all local",
+    "warm_filter": "  git's filter path (mgit.directSize=0)",
+}
+LARGE_COLUMNS = ("s", "GB/s", "peak RSS (MiB)")
+RSS_LIMIT = 1_000_000_000  # "every process below 1 GB"
+
+
+def large_table(data: dict[str, Any]) -> str:
+    """Time, throughput and the largest process's peak RSS per step and tool, with ratios.
+
+    git-lfs always takes git's filter path, so git-mgit's run of that path is compared
+    to git-lfs's warm checkout, and to git-mgit's direct path below the table."""
+    m, lfs = data[MGIT], data[LFS]
+
+    def cells(step: dict[str, Any] | None) -> list[str]:
+        if step is None:
+            return ["-", "-", "-"]
+        return [f"{step['seconds']:.2f}", f"{step['gbps']:.2f}", f"{step['peak_rss'] / MIB:.0f}"]
+
+    rows = []
+    for key, name in LARGE_STEPS.items():
+        if key not in m:
+            continue
+        mine, theirs = m[key], lfs.get(key) or lfs["warm"]
+        ratios = [
+            f"{theirs['seconds'] / mine['seconds']:.2f}x",
+            f"{theirs['peak_rss'] / mine['peak_rss']:.1f}x",
+        ]
+        rows.append((name, cells(mine) + cells(lfs.get(key)) + ratios))
+    columns = [f"{t} {c}" if c == "s" else c for t in (MGIT, LFS) for c in LARGE_COLUMNS]
+    columns += ["git-lfs s / git-mgit s", "git-lfs RSS / git-mgit RSS"]
+    title = (
+        f"large checkout: fp32 model of {data['bytes']:,} bytes ({data['size_mib']} MiB, "
+        f"{data['tensors']} tensors), two versions; warm: median of "
+        f"{len(m['warm']['times_s'])} checkouts"
+    )
+    largest = "; ".join(
+        f"{key}: "
+        + " / ".join(data[t][key]["peak_process"] if key in data[t] else "-" for t in (MGIT, LFS))
+        for key in LARGE_STEPS
+        if key in m
+    )
+    out = _table(title, columns, rows) + f"\n\nlargest process, {MGIT} / {LFS}: {largest}"
+    if "warm_filter" in m:
+        direct, buffered = m["warm"], m["warm_filter"]
+        out += (
+            f"\ngit-mgit's direct path vs git's filter path, warm: "
+            f"{buffered['seconds'] / direct['seconds']:.2f}x faster, peak RSS "
+            f"{direct['peak_rss'] / MIB:.0f} vs {buffered['peak_rss'] / MIB:.0f} MiB"
+        )
+    return out
+
+
+def large_targets(data: dict[str, Any]) -> list[Target]:
+    """git-mgit checks out a model around git's buffer: bounded memory, and faster."""
+    m, lfs = data[MGIT], data[LFS]
+    label = f"large checkout, {data['size_mib']} MiB"
+
+    def rss(step: dict[str, Any]) -> str:
+        return f"{step['peak_rss'] / MIB:.0f} MiB ({step['peak_process']})"
+
+    def versus(key: str) -> str:
+        a, b = m[key]["seconds"], lfs[key]["seconds"]
+        return f"{a:.2f} s vs {b:.2f} s ({a / b:.2f}x)"
+
+    gain = m["checkout"]["gbps"] / lfs["checkout"]["gbps"]
+    warm = m["warm"]["gbps"] / lfs["warm"]["gbps"]
+    return [
+        Target(
+            f"{label}: git-mgit's peak RSS of every process below 1 GB in clone and checkout",
+            max(m["clone"]["peak_rss"], m["checkout"]["peak_rss"]) < RSS_LIMIT,
+            f"clone {rss(m['clone'])}, checkout {rss(m['checkout'])}; "
+            f"git-lfs {rss(lfs['clone'])}, {rss(lfs['checkout'])}",
+        ),
+        Target(
+            f"{label}: clone no slower than git-lfs",
+            m["clone"]["seconds"] <= lfs["clone"]["seconds"],
+            versus("clone"),
+        ),
+        Target(
+            f"{label}: checkout of v1 no slower than git-lfs",
+            m["checkout"]["seconds"] <= lfs["checkout"]["seconds"],
+            versus("checkout"),
+        ),
+        Target(
+            f"{label}: checkout of v1 at least 2x git-lfs's throughput",
+            gain >= 2.0,
+            f"{m['checkout']['gbps']:.2f} vs {lfs['checkout']['gbps']:.2f} GB/s ({gain:.2f}x); "
+            f"warm, all local: {m['warm']['gbps']:.2f} vs {lfs['warm']['gbps']:.2f} GB/s "
+            f"({warm:.2f}x)"
+            + (
+                f"; git-mgit through git's filter path {m['warm_filter']['gbps']:.2f} GB/s"
+                if "warm_filter" in m
+                else ""
+            ),
+        ),
+    ]

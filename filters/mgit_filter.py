@@ -173,8 +173,8 @@ class MgitFilter:
         try:
             if self._direct is not None:
                 self._direct.finish()
-        except MgitError as exc:
-            print(f"git-mgit: {exc}", file=sys.stderr)
+        except (MgitError, OSError) as exc:  # the files are written; git refreshes the index
+            print(f"git-mgit: recording checked-out files in the index: {exc}", file=sys.stderr)
         finally:
             self._warm_up.join()
             self.store.close()

@@ -222,6 +222,9 @@ def test_failed_write_removes_the_file_names_it_and_checkout_finishes(
     )
     assert not (repo / MODEL).exists()
     assert status_porcelain(repo) == f" D {MODEL}\n"
+    assert f"checkout did not finish: run `git mgit checkout -- {MODEL}`" in (
+        mgit("status", cwd=repo).stdout
+    )
 
     assert f"wrote {MODEL}" in mgit("checkout", cwd=repo).stdout
     assert_direct(repo, v[1])

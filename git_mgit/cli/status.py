@@ -10,6 +10,7 @@ from git_mgit.progress import format_size
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tracked import tracked_files
 from git_mgit.transfer import availability
+from git_mgit.worktree.journal import Journal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,10 +41,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         rows = []
         found = availability.known(repo)
+        # Direct checkouts that a kill or a failure cut short (the working copy is not this).
+        cut_short = set() if args.rev else {r.path for r in Journal(repo.git_dir) if not r.finished}
         for f in tracked_files(repo, store.reader, args.rev):
             holder = found.holder(f.blob)
             stats = file_stats(store, f.manifest, holder) if f.manifest else {"kind": "plain blob"}
-            rows.append({"path": f.path, **stats})
+            rows.append({"path": f.path, **stats, "unfinished": f.path in cut_short})
     finally:
         store.close()
     if args.json:
@@ -68,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
             )
         elif r["missing"]:
             missing = f"  {r['missing']} missing, on no remote (see `git mgit fsck`)"
+        if r["unfinished"]:
+            missing += f"  checkout did not finish: run `git mgit checkout -- {r['path']}`"
         print(
             f"{r['path']:<{width}}  {r['kind']:<11} {format_size(r['raw']):>10} {format_size(r['stored']):>10}"
             f" {ratio:>6} {r['objects']:>7} {r['max_depth']:>5}{missing}"

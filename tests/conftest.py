@@ -67,6 +67,15 @@ def git_http_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
         yield server
 
 
+@pytest.fixture(params=["file", "http"])
+def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
+    """An empty bare repository over ``file://``, then over smart HTTP: a test runs on both."""
+    if request.param == "file":
+        return init_bare_remote(tmp_path / "remote.git")
+    server: GitHttpServer = request.getfixturevalue("git_http_server")
+    return init_http_remote(server)
+
+
 @pytest.fixture
 def http_remote(git_http_server: GitHttpServer) -> Remote:
     """A bare repository served over smart HTTP that accepts anonymous pushes."""

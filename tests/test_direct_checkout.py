@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from tests.gitsandbox import GitHttpServer, Remote, init_bare_remote, init_http_remote, run_git
+from tests.gitsandbox import Remote, run_git
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
 
 MODEL = "model.safetensors"
@@ -127,14 +127,6 @@ def test_stash_pop_writes_directly(two_branches: tuple[Path, list[bytes]]) -> No
     assert status_porcelain(repo) == "M  model.safetensors\n"
     run_git("commit", "-q", "-m", "v2", cwd=repo)
     assert run_git("cat-file", "--filters", f"HEAD:{MODEL}", cwd=repo, text=False).stdout == v[2]
-
-
-@pytest.fixture(params=["file", "http"])
-def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
-    if request.param == "file":
-        return init_bare_remote(tmp_path / "remote.git")
-    server: GitHttpServer = request.getfixturevalue("git_http_server")
-    return init_http_remote(server)
 
 
 def test_clone_pull_and_old_checkout_write_directly(tmp_path: Path, remote: Remote) -> None:

@@ -22,26 +22,11 @@ import pytest
 from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
 from git_mgit.store.lookup import LookupCache
-from tests.gitsandbox import (
-    GitHttpServer,
-    Remote,
-    clone,
-    init_bare_remote,
-    init_http_remote,
-    run_git,
-)
+from tests.gitsandbox import Remote, clone, run_git
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
 
 MODEL = "model.safetensors"
 VERSIONS = 5
-
-
-@pytest.fixture(params=["file", "http"])
-def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
-    if request.param == "file":
-        return init_bare_remote(tmp_path / "remote.git")
-    server: GitHttpServer = request.getfixturevalue("git_http_server")
-    return init_http_remote(server)
 
 
 def series(n: int = VERSIONS, seed: int = 1, step: float = 1e-4) -> list[bytes]:

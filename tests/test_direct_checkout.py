@@ -234,6 +234,8 @@ def test_checkout_rev_paths_stages_and_writes(two_branches: tuple[Path, list[byt
     assert_direct(repo, v[0])
     bad = mgit("checkout", "--", "notes.txt", cwd=repo, check=False)
     assert bad.returncode != 0 and "no model files tracked by git-mgit" in bad.stderr
+    bad = mgit("checkout", "no-such-rev", cwd=repo, check=False)
+    assert bad.returncode != 0 and "no-such-rev: not a commit" in bad.stderr
 
 
 def test_small_files_and_other_consumers_keep_the_filter_path(

@@ -89,6 +89,10 @@ def _named(
     specs = [os.path.relpath(os.path.abspath(p), top) for p in paths]
     if any(s == ".." or s.startswith("../") for s in specs):
         raise MgitError(f"{paths[0]}: outside the working tree {top}")
+    if rev is not None and not repo.git(
+        "rev-parse", "-q", "--verify", f"{rev}^{{tree}}", check=False
+    ):
+        raise MgitError(f"{rev}: not a commit or tree here; see `git log --oneline`")
     files = tracked_files(repo, store.reader, rev, specs)
     conflicted = [p for p, n in Counter(f.path for f in files).items() if n > 1]
     if conflicted:

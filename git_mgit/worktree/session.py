@@ -69,10 +69,11 @@ class DirectSession:
             except MgitError as exc:
                 _say(f"{exc}")
                 continue
-            except OSError as exc:
+            except Exception as exc:  # a full disk, or a bug: the next file still goes
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
                 _say(
-                    f"{path}: writing it failed ({exc.strerror or exc}); free the space or fix "
-                    f"the cause, then run `git mgit checkout -- {path}`"
+                    f"{path}: writing it failed ({reason}); fix the cause (free space?), "
+                    f"then run `git mgit checkout -- {path}`"
                 )
                 continue
             self.journal.put(Record(path, p.blob, stat_key(st)))

@@ -6,9 +6,9 @@ checkout of many model files costs one fetch, not one per file. Fetching is
 git_mgit.transfer's business; this module only says which versions.
 
 Files of at least mgit.directSize are delayed too, and then written around
-git's in-memory buffer (git_mgit.worktree): git writes a placeholder, the
-filter writes the model over it at git's next request, and records its stat
-data in the index at git's exit.
+git's in-memory buffer (git_mgit.worktree): git writes an empty file, the
+filter fills it at git's next request, and records its stat data in the
+index at git's exit.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class MgitFilter:
         return self._direct
 
     def settle(self) -> None:
-        """git has written the placeholders answered so far: write the models over them."""
+        """git has written the empty files answered so far: write the models into them."""
         if self._direct is not None:
             self._direct.write_placed()
 

@@ -155,12 +155,15 @@ def test_clone_pull_and_old_checkout_write_directly(tmp_path: Path, remote: Remo
     assert_direct(dst, v[0])
 
 
+@pytest.mark.parametrize("stall", ["before", "midway"])
 def test_kill_during_direct_write_is_never_clean_and_checkout_finishes_it(
-    two_branches: tuple[Path, list[bytes]], tmp_path: Path
+    two_branches: tuple[Path, list[bytes]], tmp_path: Path, stall: str
 ) -> None:
+    """Killed with the empty file git wrote untouched, or halfway through the model."""
     repo, v = two_branches
     marker = tmp_path / "stalled"
-    env = {**os.environ, "GIT_MGIT_TEST_DIRECT_STALL": f"{len(v[1]) // 2}:{marker}"}
+    at = 0 if stall == "before" else len(v[1]) // 2
+    env = {**os.environ, "GIT_MGIT_TEST_DIRECT_STALL": f"{at}:{marker}"}
     git = subprocess.Popen(
         ["git", "checkout", "-q", "next"],
         cwd=repo,
@@ -172,14 +175,16 @@ def test_kill_during_direct_write_is_never_clean_and_checkout_finishes_it(
     while not marker.exists():
         assert git.poll() is None and time.monotonic() < deadline, git.communicate()
         time.sleep(0.01)
-    time.sleep(0.05)  # the marker is written before its pid: let the write land
+    time.sleep(0.05)  # the marker's text (the pid) lands just after the file appears
     os.kill(int(marker.read_text()), signal.SIGKILL)  # the filter, midway through the model
     git.communicate(timeout=60)
 
-    assert (repo / MODEL).read_bytes() not in (v[0], v[1])  # a partial file
+    assert (repo / MODEL).read_bytes() not in (v[0], v[1])  # empty, or a partial file
     status = run_git("status", "--porcelain", cwd=repo)
     assert status.stdout != "", "a partial model passed for the committed one"
-    assert f"git mgit checkout -- {MODEL}" in status.stderr
+    assert f"checkout did not finish: run `git mgit checkout -- {MODEL}`" in (
+        mgit("status", cwd=repo).stdout
+    )
 
     out = mgit("checkout", "--", MODEL, cwd=repo)
     assert f"wrote {MODEL}" in out.stdout

@@ -2,13 +2,11 @@
 
 git holds every smudge output whole in memory before it writes the file, so
 a model larger than RAM cannot check out through the filter. For files of at
-least mgit.directSize the filter hands git a small placeholder and writes the
-real bytes itself, straight from the object store, once git has written the
-placeholder; at git's exit it records the written files' stat data in the
-index so that git never re-reads them (docs/storage.md, "Checking out large
-models").
+least mgit.directSize the filter hands git an empty file and writes the real
+bytes into it itself, straight from the object store, once git has written
+it; at git's exit it records the written files' stat data in the index so
+that git never re-reads them (docs/storage.md, "Checking out large models").
 
-- placeholder: the text git writes in the file's place
 - journal: which direct writes are in flight or done (<git-dir>/mgit/direct/)
 - write: stream one manifest into one file, pre-sized, in place
 - gitindex: patch stat data of index entries in place

@@ -2,17 +2,18 @@
 
 1. smudge of a large file that git lets us delay: delay it (even when its
    objects are here), so git asks again from its delayed-checkout loop;
-2. the re-sent smudge: record the write as started, answer the placeholder;
+2. the re-sent smudge: record the write as started, answer an empty file;
 3. git's next request (it always asks which blobs are available once more
    after the last re-sent smudge, before it writes the index): git has
-   written the placeholder by now, so write the model over it;
+   written the empty file by now, so fill it with the model;
 4. git's exit (it closes our stdin and waits for us): record the written
    files' stat data in the index git has just written.
 
-A kill at any point leaves either the index's old stat data (git never wrote
-the index) or stat data that does not match the file (step 3 changes it
-before it writes anything); git then compares content, and the clean filter
-says the file is not the committed one unless the write had finished.
+The placeholder is empty because git never trusts a recorded size of 0 for
+a blob that is not empty: until step 4 gives the index the real stat data,
+git compares content, and the clean filter says whether the file is the
+committed one. So a kill at any point, even before step 3 starts, leaves a
+file git does not take for the committed one unless the write had finished.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
 
-from . import placeholder
 from .gitindex import IndexBusy, record_stats
 from .journal import Journal, Record, stat_key
 from .write import write_model
@@ -37,7 +37,6 @@ from .write import write_model
 class Placed:
     blob: str
     manifest: mf.Manifest
-    text: bytes
 
 
 class DirectSession:
@@ -50,12 +49,11 @@ class DirectSession:
         self.written: dict[str, tuple[str, os.stat_result]] = {}
 
     def place(self, path: str, blob: str, m: mf.Manifest) -> bytes:
-        """Step 2: the placeholder git writes now; the model follows at git's next request."""
+        """Step 2: what git writes now (nothing); the model follows at git's next request."""
         self.journal.put(Record(path, blob, None))
         self.written.pop(path, None)
-        text = placeholder.text(path, blob, m.size)
-        self.placed[path] = Placed(blob, m, text)
-        return text
+        self.placed[path] = Placed(blob, m)
+        return b""
 
     def write_placed(self) -> None:
         """Step 3. A failed file is removed and named in one line with what to run."""
@@ -64,7 +62,7 @@ class DirectSession:
             del self.placed[path]
             try:
                 st = write_model(
-                    self.worktree / path, path, p.manifest, self.store, placeholder=p.text
+                    self.worktree / path, path, p.manifest, self.store, placeholder=True
                 )
             except MgitError as exc:
                 _say(f"{exc}")

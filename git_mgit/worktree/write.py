@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -30,20 +31,21 @@ def write_model(
     m: mf.Manifest,
     store: ChunkStore,
     *,
-    placeholder: bytes | None = None,
+    placeholder: bool = False,
     executable: bool = False,
 ) -> os.stat_result:
     """Write the file `m` describes at `target`; its stat data afterwards.
 
-    With `placeholder`, the file must hold exactly those bytes (git just wrote
-    them) and is overwritten in place; otherwise whatever is at `target` is
-    replaced by a new file, as git's own checkout does.
+    With `placeholder`, the file must be the empty file git just wrote, and
+    is filled in place; otherwise whatever is at `target` is replaced by a
+    new file, as git's own checkout does.
     """
     fd = _open(target, name, placeholder, executable)
     try:
-        _presize(fd, m.size)
-
         stall = _test_stall()
+        if stall is not None and stall[0] == 0:
+            _stall_here(stall[1])
+        _presize(fd, m.size)
         written = 0
 
         def write(block: memoryview | bytes) -> None:
@@ -72,7 +74,8 @@ def write_model(
 def _test_stall() -> tuple[int, Path] | None:
     """GIT_MGIT_TEST_DIRECT_STALL=<bytes>:<marker>: the tests' way to kill a write midway.
 
-    After that many bytes the writer creates the marker file and waits to be killed.
+    After that many bytes (0: before the file is touched) the writer creates the
+    marker file and waits to be killed.
     """
     spec = os.environ.get("GIT_MGIT_TEST_DIRECT_STALL")
     if not spec:
@@ -87,8 +90,8 @@ def _stall_here(marker: Path) -> None:
         time.sleep(60)
 
 
-def _open(target: Path, name: str, placeholder: bytes | None, executable: bool) -> int:
-    if placeholder is None:
+def _open(target: Path, name: str, placeholder: bool, executable: bool) -> int:
+    if not placeholder:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)
         mode = 0o777 if executable else 0o666  # less the umask, as git creates files
@@ -100,10 +103,8 @@ def _open(target: Path, name: str, placeholder: bytes | None, executable: bool) 
             f"{name}: the file git checked out is gone ({exc.strerror}); "
             f"run `git mgit checkout -- {name}` to write it"
         ) from exc
-    if (
-        os.fstat(fd).st_size != len(placeholder)
-        or os.pread(fd, len(placeholder) + 1, 0) != placeholder
-    ):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size:
         os.close(fd)
         raise MgitError(
             f"{name}: changed since git checked it out; left as it is "
@@ -113,7 +114,6 @@ def _open(target: Path, name: str, placeholder: bytes | None, executable: bool) 
 
 
 def _presize(fd: int, size: int) -> None:
-    os.ftruncate(fd, 0)  # no placeholder byte may survive inside the model's bytes
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:

@@ -9,6 +9,7 @@ Nothing here reaches beyond 127.0.0.1.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import shutil
@@ -17,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import zlib
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -113,6 +115,33 @@ def ls_remote(repo: Path, url: str, *patterns: str) -> dict[str, str]:
     """Refs the remote advertises, as ``{refname: object id}``."""
     out = run_git("ls-remote", url, *patterns, cwd=repo).stdout
     return {ref: oid for oid, ref in (line.split("\t") for line in out.splitlines())}
+
+
+def transfers(tmp_path: Path, remote: Remote, *args: str, cwd: Path) -> tuple[int, int]:
+    """Run git; return the (`git ls-remote`, `git fetch`) processes it ran (git's trace2 events).
+
+    An on-demand fetch is one listing and one `git fetch`, or, from a remote on
+    this machine (file://), one listing and a copy from its packs, no fetch.
+    """
+    trace = tmp_path / "trace2.json"
+    trace.unlink(missing_ok=True)
+    run_git(*args, cwd=cwd, env={"GIT_TRACE2_EVENT": str(trace)})
+    return commands_run(trace)
+
+
+def commands_run(trace: Path) -> tuple[int, int]:
+    """(`git ls-remote`, `git fetch`) processes in a trace2 event log."""
+    names = Counter(
+        e.get("name")
+        for e in map(json.loads, trace.read_text().splitlines())
+        if e.get("event") == "cmd_name"
+    )
+    return names["ls-remote"], names["fetch"]
+
+
+def one_batch(remote: Remote) -> tuple[int, int]:
+    """What an on-demand fetch from `remote` runs: see transfers()."""
+    return (1, 0) if remote.server is None else (1, 1)
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from tests.gitsandbox import Remote, run_git
+from tests.gitsandbox import Remote, one_batch, run_git, transfers
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
 
 MODEL = "model.safetensors"
+SECOND = "second.safetensors"
 ROWS = 8192  # embed.weight: 8192 x 64 fp32 = 2 MiB
 
 
@@ -131,13 +132,17 @@ def test_stash_pop_writes_directly(two_branches: tuple[Path, list[bytes]]) -> No
 
 def test_clone_pull_and_old_checkout_write_directly(tmp_path: Path, remote: Remote) -> None:
     """A fresh clone (no repository set-up yet, hooks elsewhere), a pull, and an old
-    version whose objects the clone does not have (fetched in one batch first)."""
+    version of two models whose objects only the remote has: one batch fetches both."""
     hooks = tmp_path / "team-hooks"
     hooks.mkdir()
     run_git("config", "--global", "core.hooksPath", str(hooks), cwd=tmp_path)
-    v = versions(3)
+    v, w = versions(3), versions(2, seed=50)
     src = init_mgit_repo(tmp_path / "src")
+    (src / SECOND).write_bytes(w[0])
+    run_git("add", SECOND, cwd=src)
     first = commit_model(src, v[0], "v0")
+    (src / SECOND).write_bytes(w[1])
+    run_git("add", SECOND, cwd=src)
     commit_model(src, v[1], "v1")
     run_git("remote", "add", "origin", remote.url, cwd=src)
     run_git("push", "-q", "-u", "origin", "main", cwd=src)
@@ -145,14 +150,17 @@ def test_clone_pull_and_old_checkout_write_directly(tmp_path: Path, remote: Remo
     run_git("clone", "-q", remote.url, "clone", cwd=tmp_path)
     dst = tmp_path / "clone"
     assert_direct(dst, v[1])
+    assert (dst / SECOND).read_bytes() == w[1]
 
     commit_model(src, v[2], "v2")
     run_git("push", "-q", cwd=src)
     run_git("pull", "-q", cwd=dst)
     assert_direct(dst, v[2])
 
-    run_git("checkout", "-q", first, cwd=dst)  # v0's objects are only on the remote
+    assert transfers(tmp_path, remote, "checkout", "-q", first, cwd=dst) == one_batch(remote)
     assert_direct(dst, v[0])
+    assert (dst / SECOND).read_bytes() == w[0]
+    assert (dst / SECOND).stat().st_mtime_ns % 1_000_000_000 == 0
 
 
 @pytest.mark.parametrize("stall", ["before", "midway"])

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ import pytest
 from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
 from git_mgit.store.lookup import LookupCache
-from tests.gitsandbox import Remote, clone, run_git
+from tests.gitsandbox import Remote, clone, commands_run, one_batch, run_git, transfers
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
 
 MODEL = "model.safetensors"
@@ -67,32 +66,6 @@ def local_chunks(repo: Path) -> set[bytes]:
         return set(cache.all())
     finally:
         cache.close()
-
-
-def transfers(tmp_path: Path, remote: Remote, *args: str, cwd: Path) -> tuple[int, int]:
-    """Run git; return the (`git ls-remote`, `git fetch`) processes it ran (git's trace2 events).
-
-    An on-demand fetch is one listing and one `git fetch`, or, from a remote on
-    this machine (file://), one listing and a copy from its packs, no fetch.
-    """
-    trace = tmp_path / "trace2.json"
-    trace.unlink(missing_ok=True)
-    run_git(*args, cwd=cwd, env={"GIT_TRACE2_EVENT": str(trace)})
-    return commands_run(trace)
-
-
-def commands_run(trace: Path) -> tuple[int, int]:
-    """(`git ls-remote`, `git fetch`) processes in a trace2 event log."""
-    names = Counter(
-        e.get("name")
-        for e in map(json.loads, trace.read_text().splitlines())
-        if e.get("event") == "cmd_name"
-    )
-    return names["ls-remote"], names["fetch"]
-
-
-def one_batch(remote: Remote) -> tuple[int, int]:
-    return (1, 0) if remote.server is None else (1, 1)
 
 
 def listings(remote: Remote) -> int | None:

@@ -19,6 +19,7 @@ from git_mgit.worktree.repair import checkout
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.usage = "git mgit checkout [REV] [-- PATH...]"
     parser.add_argument(
         "words",
         nargs=argparse.REMAINDER,

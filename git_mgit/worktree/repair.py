@@ -22,7 +22,7 @@ from git_mgit.tracked import TrackedFile, tracked_files
 
 from .journal import Journal, Record, stat_key
 from .session import record_written
-from .write import write_model
+from .write import failure, write_model
 
 
 @dataclass
@@ -64,7 +64,7 @@ def checkout(
                 repo.worktree / f.path, f.path, f.manifest, store, executable=f.mode == "100755"
             )
         except (MgitError, OSError) as exc:
-            say(_failure(f.path, exc))
+            say(failure(f.path, exc))
             out.failed.append(f.path)
             continue
         journal.put(Record(f.path, f.blob, stat_key(st)))
@@ -72,13 +72,6 @@ def checkout(
         out.written.append(f.path)
     record_written(repo, journal, written)
     return out
-
-
-def _failure(path: str, exc: Exception) -> str:
-    if isinstance(exc, MgitError):
-        return str(exc)
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return f"{path}: writing it failed ({reason}); fix that, then run `git mgit checkout -- {path}`"
 
 
 def _named(

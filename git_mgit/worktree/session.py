@@ -30,7 +30,7 @@ from git_mgit.store.chunkstore import ChunkStore
 
 from .gitindex import IndexBusy, record_stats
 from .journal import Journal, Record, stat_key
-from .write import write_model
+from .write import failure, write_model
 
 
 @dataclass(frozen=True)
@@ -64,15 +64,8 @@ class DirectSession:
                 st = write_model(
                     self.worktree / path, path, p.manifest, self.store, placeholder=True
                 )
-            except MgitError as exc:
-                _say(f"{exc}")
-                continue
-            except Exception as exc:  # a full disk, or a bug: the next file still goes
-                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
-                _say(
-                    f"{path}: writing it failed ({reason}); fix the cause (free space?), "
-                    f"then run `git mgit checkout -- {path}`"
-                )
+            except Exception as exc:  # a full disk, a bad object, a bug: the next file still goes
+                print(f"git-mgit: {failure(path, exc)}", file=sys.stderr, flush=True)
                 continue
             self.journal.put(Record(path, p.blob, stat_key(st)))
             self.written[path] = (p.blob, st)
@@ -104,7 +97,3 @@ def record_written(
         done = set()
     for name in done:
         journal.drop(name)
-
-
-def _say(message: str) -> None:
-    print(f"git-mgit: {message}", file=sys.stderr, flush=True)

@@ -71,6 +71,17 @@ def write_model(
             os.close(fd)
 
 
+def failure(path: str, exc: Exception) -> str:
+    """The one line a failed write_model() gets: what went wrong, and what finishes it."""
+    if isinstance(exc, MgitError):
+        return str(exc)
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+    return (
+        f"{path}: writing it failed ({reason}); fix the cause (free space?), "
+        f"then run `git mgit checkout -- {path}`"
+    )
+
+
 def _test_stall() -> tuple[int, Path] | None:
     """GIT_MGIT_TEST_DIRECT_STALL=<bytes>:<marker>: the tests' way to kill a write midway.
 

@@ -21,7 +21,15 @@ import pytest
 from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
 from git_mgit.store.lookup import LookupCache
-from tests.gitsandbox import Remote, clone, commands_run, one_batch, run_git, transfers
+from tests.gitsandbox import (
+    Remote,
+    clone,
+    commands_run,
+    ls_remote,
+    one_batch,
+    run_git,
+    transfers,
+)
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
 
 MODEL = "model.safetensors"
@@ -466,3 +474,24 @@ def test_a_fine_tune_is_published_as_a_delta_of_its_base_in_the_same_commit(
     assert (work / "base.safetensors").read_bytes() == base
     assert (work / "ft.safetensors").read_bytes() == ft
     assert status_porcelain(work) == ""
+
+
+def test_pushes_of_tensor_objects_stay_packs_on_the_remote(
+    tmp_path: Path, bare_remote: Remote
+) -> None:
+    """A bare remote unpacks a push of fewer than receive.unpackLimit (100) objects into
+    loose objects, deflating each again; a padded push stays a pack, nothing loose."""
+    src = init_mgit_repo(tmp_path / "src")
+    run_git("remote", "add", "origin", bare_remote.url, cwd=src)
+    first = model_bytes(1, n=8192)  # 2 MiB of tensors: a push worth keeping packed
+    for i, data in enumerate([first, model_bytes(2, base=tensors_of(first), step=1e-3)]):
+        (src / MODEL).write_bytes(data)
+        run_git("add", MODEL, cwd=src)
+        run_git("commit", "-q", "-m", f"v{i}", cwd=src)
+        run_git("push", "-q", "origin", "main", cwd=src)
+        counts = run_git("count-objects", "-v", cwd=bare_remote.path).stdout
+        loose_kib = int(counts.split("\nsize: ")[1].split()[0])
+        assert loose_kib < 64, counts  # commits, trees, manifests: no tensor object is loose
+        assert ls_remote(src, bare_remote.url, "refs/mgit/pad")
+    dst = clone(bare_remote.url, tmp_path / "dst")
+    assert (dst / MODEL).read_bytes() == data

@@ -76,6 +76,16 @@ def commit_objects(
     return commit
 
 
+def commit_blobs(repo: Repo, blobs: Sequence[bytes], message: str) -> str:
+    """A commit (time 0) whose flat tree files `blobs` as 0, 1, 2, ...: no ref is set."""
+    with PackWriter(repo.objects_dir) as pack:
+        entries = [(BLOB, str(i).encode(), pack.add("blob", [b])) for i, b in enumerate(blobs)]
+        root = pack.add("tree", [tree_body(entries)])
+        commit = pack.add("commit", [commit_body(root.hex(), [], message, IDENT, 0)])
+        pack.finish()
+    return commit.hex()
+
+
 def set_ref(repo: Repo, commit: str) -> str:
     """Point refs/mgit/objects/<commit> at the commit (names are content, so this is idempotent)."""
     ref = ANCHOR_PREFIX + commit

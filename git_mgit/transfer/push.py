@@ -10,10 +10,19 @@ the next objects and whose parent is the part before; its ref is then
 created on the remote (sending just the commit and trees) and the partial
 ref deleted. A push cut off part-way resumes: the parts already on the
 remote are not sent again, and the chain continues from the remote's last part.
+
+A bare remote stores a push of fewer than receive.unpackLimit (default 100)
+objects as loose objects, deflating every one again at its default level:
+for tensor objects, which are already compressed, that is most of a push's
+time, and every later fetch of them deflates them once more until the remote
+repacks. So a push carrying tensor objects also force-updates refs/mgit/pad
+to a commit of 100 tiny unique blobs: the remote keeps the pack as sent.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,6 +43,9 @@ PARTIAL_PREFIX = "refs/mgit/partial/"
 _ENTRY_OVERHEAD = 200  # tree entries and pack headers per object, in the size estimate
 _MARGIN = 0.95  # of mgit.maxPushSize: what git adds to our estimate stays under it
 _ATTEMPTS = 3  # pushes of a batch that raced another clone's
+PAD_REF = "refs/mgit/pad"
+PAD_OBJECTS = 100  # git's default receive.unpackLimit
+PAD_FROM = 1 << 20  # pushes of fewer object bytes stay as they are: loose is cheap there
 
 
 @dataclass(frozen=True)
@@ -218,11 +230,12 @@ def _flush(repo: Repo, remote: str, batch: list[Written], report: Report) -> Non
     moment makes git refuse ours: its ref is as good (the same version, complete),
     so what the remote then has counts as done and the rest is pushed again."""
     todo = [w.ref.name for w in batch]
+    payload = sum(n for w in batch for _, n in w.objects.values())
     for attempt in range(_ATTEMPTS):
         if not todo:
             return
         try:
-            _push(repo, remote, [f"+{name}:{name}" for name in todo])
+            _push(repo, remote, [f"+{name}:{name}" for name in todo], payload)
             report.pushes += 1
             return
         except MgitError:
@@ -251,21 +264,21 @@ def _send_in_parts(
         parent = None  # nothing there, or another clone's parts: start a chain of our own
     todo = sorted((h, oid, n) for h, (oid, n) in w.objects.items() if h not in done)
     parts: list[list[tuple[bytes, str]]] = [[]]
-    size = 0
+    sizes: list[int] = [0]
     for h, oid, n in todo:
-        if parts[-1] and size + n + _ENTRY_OVERHEAD > limit:
+        if parts[-1] and sizes[-1] + n + _ENTRY_OVERHEAD > limit:
             parts.append([])
-            size = 0
+            sizes.append(0)
         parts[-1].append((h, oid))
-        size += n + _ENTRY_OVERHEAD
-    for i, objects in enumerate(parts, 1):
+        sizes[-1] += n + _ENTRY_OVERHEAD
+    for i, (objects, payload) in enumerate(zip(parts, sizes, strict=True), 1):
         done.update((h, bytes.fromhex(oid)) for h, oid in objects)
         message = f"git-mgit part {i} of {len(parts)} of {w.ref.name}\n"
         parent = anchors.commit_objects(
             repo, sorted(done.items()), [parent] if parent else [], 0, message
         )
         repo.git("update-ref", partial, parent)
-        _push(repo, remote, [f"+{partial}:{partial}"])
+        _push(repo, remote, [f"+{partial}:{partial}"], payload)
         report.pushes += 1
     final = anchors.commit_objects(
         repo, sorted(done.items()), [parent] if parent else [], 0, w.ref.message
@@ -276,8 +289,11 @@ def _send_in_parts(
     repo.git("update-ref", "-d", partial)
 
 
-def _push(repo: Repo, remote: str, specs: list[str]) -> None:
-    """One `git push` that never re-runs our hook."""
+def _push(repo: Repo, remote: str, specs: list[str], payload: int = 0) -> None:
+    """One `git push` that never re-runs our hook; padded when it carries `payload` bytes
+    of tensor objects (see the module docstring)."""
+    if payload >= PAD_FROM:
+        specs = [*specs, f"+{_pad(repo)}:{PAD_REF}"]
     try:
         transfer(repo, "push", "--no-verify", remote, *specs)
     except GitError as exc:
@@ -287,6 +303,13 @@ def _push(repo: Repo, remote: str, specs: list[str]) -> None:
             else "run the push again: it resumes where it stopped"
         )
         raise MgitError(f"pushing tensor objects to {remote} failed ({exc}); {hint}") from exc
+
+
+def _pad(repo: Repo) -> str:
+    """A commit of PAD_OBJECTS blobs no remote has yet (unique to this push)."""
+    nonce = f"{time.time_ns()} {os.getpid()}"
+    blobs = [f"git-mgit pad {nonce} {i}\n".encode() for i in range(PAD_OBJECTS)]
+    return anchors.commit_blobs(repo, blobs, "git-mgit pad: keeps a push a pack on the remote\n")
 
 
 def describe(report: Report) -> str:

@@ -15,8 +15,10 @@ A bare remote stores a push of fewer than receive.unpackLimit (default 100)
 objects as loose objects, deflating every one again at its default level:
 for tensor objects, which are already compressed, that is most of a push's
 time, and every later fetch of them deflates them once more until the remote
-repacks. So a push carrying tensor objects also force-updates refs/mgit/pad
-to a commit of 100 tiny unique blobs: the remote keeps the pack as sent.
+repacks. So a push carrying tensor objects also force-updates a pad ref to
+a commit of 100 tiny unique blobs: the remote keeps the pack as sent. The
+ref is refs/mgit/pad/<this clone's id>, so clones pushing at the same
+moment never race for it (a clone pushes one thing at a time).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ PARTIAL_PREFIX = "refs/mgit/partial/"
 _ENTRY_OVERHEAD = 200  # tree entries and pack headers per object, in the size estimate
 _MARGIN = 0.95  # of mgit.maxPushSize: what git adds to our estimate stays under it
 _ATTEMPTS = 3  # pushes of a batch that raced another clone's
-PAD_REF = "refs/mgit/pad"
+PAD_PREFIX = "refs/mgit/pad/"
 PAD_OBJECTS = 100  # git's default receive.unpackLimit
 PAD_FROM = 1 << 20  # pushes of fewer object bytes stay as they are: loose is cheap there
 
@@ -293,7 +295,7 @@ def _push(repo: Repo, remote: str, specs: list[str], payload: int = 0) -> None:
     """One `git push` that never re-runs our hook; padded when it carries `payload` bytes
     of tensor objects (see the module docstring)."""
     if payload >= PAD_FROM:
-        specs = [*specs, f"+{_pad(repo)}:{PAD_REF}"]
+        specs = [*specs, f"+{_pad(repo)}:{PAD_PREFIX}{_clone_id(repo)}"]
     try:
         transfer(repo, "push", "--no-verify", remote, *specs)
     except GitError as exc:
@@ -310,6 +312,16 @@ def _pad(repo: Repo) -> str:
     nonce = f"{time.time_ns()} {os.getpid()}"
     blobs = [f"git-mgit pad {nonce} {i}\n".encode() for i in range(PAD_OBJECTS)]
     return anchors.commit_blobs(repo, blobs, "git-mgit pad: keeps a push a pack on the remote\n")
+
+
+def _clone_id(repo: Repo) -> str:
+    """A random name for this clone, made once (.git/mgit/clone-id)."""
+    path = repo.mgit_dir / "clone-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        path.write_text(os.urandom(8).hex() + "\n")
+        return path.read_text().strip()
 
 
 def describe(report: Report) -> str:

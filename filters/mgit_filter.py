@@ -111,14 +111,15 @@ class MgitFilter:
                 return
             retried = version is not None
             large = self._large(m)
-            if can_delay and (large or missing_chunks(m, self.store)):
-                self.delayed[pathname] = (object_id("blob", [data]).hex(), m)
+            missing = bool(missing_chunks(m, self.store))
+            if version is None and (missing or large):
+                version = object_id("blob", [data]).hex()  # the version's name: its blob id
+            if can_delay and (large or missing):
+                self.delayed[pathname] = (version, m)
                 raise Delayed(pathname)
-            if missing_chunks(m, self.store):
+            if missing:
                 from git_mgit.transfer import fetch
 
-                if version is None:
-                    version = fetch.version_id(data)
                 self._fetch({version: m})
                 if missing_chunks(m, self.store):
                     outcome = self._outcome or fetch.Outcome()

@@ -20,9 +20,9 @@ from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tracked import TrackedFile, tracked_files
 
-from .journal import Journal, Record, stat_key
-from .session import record_written
-from .write import failure, write_model
+from .journal import Journal, Record
+from .session import record_written, write_recorded
+from .write import failure
 
 
 @dataclass
@@ -42,33 +42,30 @@ def checkout(
     if repo.worktree is None:
         raise MgitError("git mgit checkout needs a working tree")
     journal = Journal(repo.git_dir)
+    # Finished writes the index still lacks (the no-argument form settles them too).
+    written: dict[str, tuple[str, os.stat_result]] = {}
     if not paths and rev is None:
-        files = _unfinished(repo, store, journal)
+        files = _unfinished(repo, store, journal, written)
     else:
         files = _named(repo, store, rev, paths)
     out = Outcome()
-    if not files:
-        return out
     from git_mgit.transfer.fetch import ensure_local  # one batch for every file
 
     ensure_local(store, [(f.path, f.manifest) for f in files if f.manifest is not None])
     if rev is not None:  # stage REV's versions first: a kill mid-write then leaves them unclean
         info = "".join(f"{f.mode} {f.blob}\t{f.path}\n" for f in files)
         repo.git("update-index", "--index-info", input=info.encode())
-    written: dict[str, tuple[str, os.stat_result]] = {}
     for f in files:
         assert f.manifest is not None
         journal.put(Record(f.path, f.blob, None))
         try:
-            st = write_model(
-                repo.worktree / f.path, f.path, f.manifest, store, executable=f.mode == "100755"
+            written[f.path] = write_recorded(
+                repo, journal, f.path, f.blob, f.manifest, store, executable=f.mode == "100755"
             )
         except (MgitError, OSError) as exc:
             say(failure(f.path, exc))
             out.failed.append(f.path)
             continue
-        journal.put(Record(f.path, f.blob, stat_key(st)))
-        written[f.path] = (f.blob, st)
         out.written.append(f.path)
     record_written(repo, journal, written)
     return out
@@ -101,23 +98,23 @@ def _named(
     return files
 
 
-def _unfinished(repo: Repo, store: ChunkStore, journal: Journal) -> list[TrackedFile]:
+def _unfinished(
+    repo: Repo, store: ChunkStore, journal: Journal, settle: dict[str, tuple[str, os.stat_result]]
+) -> list[TrackedFile]:
     """The index's versions of files whose direct write did not finish.
 
-    Records of finished writes the index still lacks are settled on the way;
-    records of files changed since are dropped: those files are the user's now.
+    Finished writes the index still lacks go into `settle`; records of files
+    changed since are dropped: those files are the user's now.
     """
     assert repo.worktree is not None
-    open_paths, settle = [], {}
+    open_paths = []
     for record in journal:
         if not record.finished:
             open_paths.append(record.path)
         elif record.matches(repo.worktree):
-            st = (repo.worktree / record.path).lstat()
-            settle[record.path] = (record.blob, st)
+            settle[record.path] = (record.blob, (repo.worktree / record.path).lstat())
         else:
             journal.drop(record.path)
-    record_written(repo, journal, settle)
     if not open_paths:
         return []
     files = [f for f in tracked_files(repo, store.reader, None, open_paths) if f.manifest]

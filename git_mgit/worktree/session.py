@@ -43,7 +43,7 @@ class DirectSession:
     def __init__(self, repo: Repo, store: ChunkStore) -> None:
         if repo.worktree is None:
             raise MgitError("direct checkout needs a working tree")
-        self.repo, self.store, self.worktree = repo, store, repo.worktree
+        self.repo, self.store = repo, store
         self.journal = Journal(repo.git_dir)
         self.placed: dict[str, Placed] = {}
         self.written: dict[str, tuple[str, os.stat_result]] = {}
@@ -61,20 +61,34 @@ class DirectSession:
             path, p = next(iter(self.placed.items()))
             del self.placed[path]
             try:
-                st = write_model(
-                    self.worktree / path, path, p.manifest, self.store, placeholder=True
+                self.written[path] = write_recorded(
+                    self.repo, self.journal, path, p.blob, p.manifest, self.store, placeholder=True
                 )
             except Exception as exc:  # a full disk, a bad object, a bug: the next file still goes
                 print(f"git-mgit: {failure(path, exc)}", file=sys.stderr, flush=True)
-                continue
-            self.journal.put(Record(path, p.blob, stat_key(st)))
-            self.written[path] = (p.blob, st)
 
     def finish(self) -> None:
         """Step 4, at git's exit: the index git wrote gets the written files' stat data."""
         self.write_placed()
         record_written(self.repo, self.journal, self.written)
         self.written.clear()
+
+
+def write_recorded(
+    repo: Repo,
+    journal: Journal,
+    path: str,
+    blob: str,
+    m: mf.Manifest,
+    store: ChunkStore,
+    **how: bool,
+) -> tuple[str, os.stat_result]:
+    """write_model() into the worktree, then the journal record marked finished:
+    (blob, stat) for record_written(). `how`: write_model's keyword options."""
+    assert repo.worktree is not None
+    st = write_model(repo.worktree / path, path, m, store, **how)
+    journal.put(Record(path, blob, stat_key(st)))
+    return blob, st
 
 
 def record_written(

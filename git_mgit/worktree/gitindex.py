@@ -110,7 +110,7 @@ def _patch(
             done.add(path)
         elif fields[2] >= racy_sec and fields[9]:
             racy.append(start)
-    if not done or _extensions(data, pos, hash_len) is None:
+    if not done or _split(data, pos, hash_len):
         return set()
     for start in racy:
         struct.pack_into(">I", data, start + 36, 0)  # smudged: git compares content next time
@@ -148,14 +148,12 @@ def _varint(data: bytearray, pos: int) -> tuple[int, int]:
     return value, pos
 
 
-def _extensions(data: bytearray, pos: int, hash_len: int) -> list[bytes] | None:
-    """The extension signatures; None for a split index, which is not patched here."""
-    names = []
+def _split(data: bytearray, pos: int, hash_len: int) -> bool:
+    """Whether the extensions from `pos` on include `link`: a split index, not patched here."""
     end = len(data) - hash_len
     while pos + 8 <= end:
         sig, size = struct.unpack_from(">4sI", data, pos)
         if sig == b"link":
-            return None
-        names.append(sig)
+            return True
         pos += 8 + size
-    return names
+    return False

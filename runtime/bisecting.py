@@ -32,6 +32,8 @@ class Found:
     candidates: int  # versions that could have been the answer
     runs: int  # tests the search asked for (the number to compare with --linear)
     steps: list[Result] = field(default_factory=list)  # every verdict, in the order asked
+    rounds: int = 0  # rounds of tests run at once (k per round with k workers)
+    workers: int = 1  # tests each round could run at once
 
     @property
     def executed(self) -> int:
@@ -48,29 +50,36 @@ def bisect(
     linear: bool = False,
     say: Callable[[str], None] = lambda _: None,
 ) -> Found:
+    """The first failing version; with k workers free (runner.pool.size), k candidates
+    are tested in each round (a k-ary split), so rounds fall as workers grow."""
     bad_id = lin.resolve(bad).id
     good_ids = [lin.resolve(g).id for g in good]
     steps: list[Result] = []
 
-    def fails(version: str) -> bool:
-        (r,) = runner.run([(target(lin, version), test)])
-        steps.append(r)
-        verdict, problem = r.verdict
-        say(f"  {r.target.label:<40} {verdict}{' (recorded)' if r.reused else ''}")
-        if verdict == "error":
-            raise BisectError(
-                f"test {test.name} could not judge {r.target.label}: {problem}; bisect needs a "
-                "pass or a fail on every version it tries: fix the test and run it again"
-            )
-        return verdict == "FAIL"
+    def verdicts(versions: list[str]) -> dict[str, bool]:
+        """Whether each version fails, its tests run at once."""
+        results = runner.run([(target(lin, v), test) for v in versions])
+        out = {}
+        for r in results:
+            steps.append(r)
+            verdict, problem = r.verdict
+            say(f"  {r.target.label:<40} {verdict}{' (recorded)' if r.reused else ''}")
+            if verdict == "error":
+                raise BisectError(
+                    f"test {test.name} could not judge {r.target.label}: {problem}; bisect needs "
+                    "a pass or a fail on every version it tries: fix the test and run it again"
+                )
+            out[r.target.version] = verdict == "FAIL"
+        return out
 
-    if not fails(bad_id):
+    known = verdicts([bad_id, *good_ids])
+    if not known[bad_id]:
         raise BisectError(
             f"test {test.name} passes on {target(lin, bad_id).label}: name a failing version "
             "with --bad (or a model whose current version fails)"
         )
     for g in good_ids:
-        if fails(g):
+        if known[g]:
             raise BisectError(
                 f"test {test.name} fails on the good version {target(lin, g).label}: "
                 "pick a passing one with --good"
@@ -79,10 +88,29 @@ def bisect(
     def parents(v: str) -> list[str]:
         return lin.graph.parents(v, EDGE_KINDS) if v in lin.graph else []
 
-    search = (bisection.linear if linear else bisection.first_bad)(bad_id, good_ids, parents)
+    k = 1 if linear else runner.pool.size
     try:
         ancestry = bisection.candidates(bad_id, good_ids, parents)
-        first, runs = bisection.run(search, fails)
+        if linear:
+            first, runs = bisection.run(
+                bisection.linear(bad_id, good_ids, parents), lambda v: verdicts([v])[v]
+            )
+            n_rounds = runs
+        else:
+            first, n_rounds, runs = _drive(bisection.rounds(bad_id, good_ids, parents, k), verdicts)
     except bisection.BisectError as exc:
         raise BisectError(str(exc)) from exc
-    return Found(target(lin, first), ancestry, runs, steps)
+    return Found(target(lin, first), ancestry, runs, steps, n_rounds, k)
+
+
+def _drive(search, verdicts: Callable[[list[str]], dict[str, bool]]) -> tuple[str, int, int]:
+    """Run a k-ary search to its end: (first failing version, rounds, tests asked for)."""
+    n_rounds = runs = 0
+    try:
+        probes = next(search)
+        while True:
+            n_rounds += 1
+            runs += len(probes)
+            probes = search.send(verdicts(probes))
+    except StopIteration as done:
+        return done.value, n_rounds, runs

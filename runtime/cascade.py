@@ -12,7 +12,9 @@ given its parents' new versions (NEW for OLD, the re-derived version for a
 re-derived parent, the parent as it is otherwise), in all-parents-first
 order. An MTL group (`[groups.NAME]` in mgit.toml) is one unit: one call
 of the group's function makes all its members. Units whose parents are
-ready run in parallel worker processes.
+ready run at once, in worker processes here or on a cluster's nodes (the
+execution layer, runtime.execution). A sharded model folder is re-derived
+from one state dict and laid out as its old version was (reshard.py).
 
 Each new version is committed onto the cascade's branch (never HEAD: the
 user's checkout is untouched) with provenance edges to its new parents and
@@ -38,8 +40,9 @@ from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.graph import PROVENANCE, VERSION
 from git_mgit.lineage.records import QUERY_FUNCTION
 from git_mgit.lineage.resolve import Version
-from git_mgit.lineage.save import commit_model, record_lineage
-from git_mgit.runtime.jobs import Pool
+from git_mgit.lineage.save import commit_files, commit_model, record_lineage
+from git_mgit.runtime import reshard
+from git_mgit.runtime.execution import open_pool
 from git_mgit.runtime.loading import read_tensors
 from git_mgit.runtime.targets import target
 
@@ -57,6 +60,7 @@ class Member:
     old: str
     path: str
     name: str
+    folder: bool = False  # a model folder (a tree of shards), not one file
 
 
 @dataclass
@@ -158,12 +162,7 @@ def plan(
                     frontier.append(child)
     skipped = [v for v in found if matches(skip, v)]
     chosen = [v for v in found if v not in skipped]
-    folders = [held[v] for v in chosen if held[v] in lin.config.folders()]
-    if folders:
-        raise CascadeError(
-            f"{', '.join(folders)}: cascades re-derive single-file models, not model folders "
-            "(yet); leave them out with --skip"
-        )
+    folders = set(lin.config.folders())
 
     units: dict[str, Unit] = {}  # keyed by group name or version id
     by_path = {p: v for v, p in held.items()}
@@ -171,18 +170,15 @@ def plan(
         decl = lin.config.model_at(held[v])
         group = lin.config.group_of(decl.name) if decl else None
         if group is None:
-            member = Member(v, held[v], name(v))
+            member = Member(v, held[v], name(v), held[v] in folders)
             units[v] = Unit(
                 [member],
                 creation_function(lin, v, decl.creation if decl else None),
                 ordered_parents(lin, v, decl.parents if decl else ()),
             )
         elif group.name not in units:
-            members = [
-                Member(by_path[m.path], m.path, m.name)
-                for m in (lin.config.models[n] for n in group.models)
-                if m.path in by_path
-            ]
+            paths = [(m.path.rstrip("/"), m.name) for m in map(lin.config.models.get, group.models)]
+            members = [Member(by_path[p], p, n, p in folders) for p, n in paths if p in by_path]
             parents: dict[str, None] = {}
             for m in members:
                 decl_m = lin.config.models[m.name]
@@ -264,10 +260,13 @@ def _committed(lin: Lineage, plan: Plan) -> dict[str, tuple[str, str]]:
 class _Cascade:
     """One run of a plan: schedules units on workers, commits what they make, in order."""
 
-    def __init__(self, lin: Lineage, plan: Plan, jobs: int, say) -> None:
+    def __init__(
+        self, lin: Lineage, plan: Plan, jobs: int | None, say, cluster: str | None
+    ) -> None:
         if lin.repo.worktree is None:
             raise CascadeError("cascades run in a working tree (they import the repository's code)")
-        self.lin, self.plan, self.jobs, self.say = lin, plan, max(1, jobs), say
+        self.lin, self.plan, self.jobs, self.say = lin, plan, jobs, say
+        self.cluster = cluster
         self.root = Path(lin.repo.worktree)
         self.renew: dict[str, str] = {plan.old.id: plan.new.id}
         self.outcome = Outcome()
@@ -299,24 +298,50 @@ class _Cascade:
             if not want <= set(self.lin.graph.parents(new, (PROVENANCE,))):
                 parents = [self.lin.resolve(p) for p in self.new_parents(unit)]
                 code = self.lin.repo.git("rev-parse", f"{commit}^")
-                record_lineage(self.lin, new, m.path, parents, unit.function, code, m.old)
+                record_lineage(
+                    self.lin,
+                    new,
+                    m.path,
+                    parents,
+                    unit.function,
+                    code,
+                    m.old,
+                    kind="folder" if m.folder else "file",
+                )
         return todo
 
     def commit(self, unit: Unit, members: list[Member], outputs: dict[str, str]) -> None:
         for m in members:
-            saved = commit_model(
-                read_tensors(outputs[m.name]),
-                self.root / m.path,
-                message=self.message(unit, m),
-                parents=self.new_parents(unit),
-                function=unit.function,
-                previous=m.old,
-                lineage=self.lin,
-                branch=self.plan.branch,
-            )
-            self.renew[m.old] = saved.version
-            self.outcome.made[m.old] = saved.version
-            self.say(f"  {m.name}: {m.old[:10]} -> {saved.version[:10]}")
+            state = read_tensors(outputs[m.name])
+            if m.folder:
+                version = self._commit_folder(unit, m, state)
+            else:
+                version = commit_model(
+                    state,
+                    self.root / m.path,
+                    message=self.message(unit, m),
+                    parents=self.new_parents(unit),
+                    function=unit.function,
+                    previous=m.old,
+                    lineage=self.lin,
+                    branch=self.plan.branch,
+                ).version
+            self.renew[m.old] = version
+            self.outcome.made[m.old] = version
+            self.say(f"  {m.name}: {m.old[:10]} -> {version[:10]}")
+
+    def _commit_folder(self, unit: Unit, m: Member, state: dict) -> str:
+        """A sharded folder, laid out as its old version, onto the branch: its new tree."""
+        repo = self.lin.repo
+        files, plain = reshard.like(repo, m.old, m.path, state)
+        commit, _ = commit_files(repo, files, self.message(unit, m), self.plan.branch, plain)
+        version = repo.git("rev-parse", f"{commit}:{m.path}")
+        parents = [self.lin.resolve(p) for p in self.new_parents(unit)]
+        code = repo.git("rev-parse", f"{commit}^")
+        record_lineage(
+            self.lin, version, m.path, parents, unit.function, code, m.old, kind="folder"
+        )
+        return version
 
     def job(self, unit: Unit) -> tuple[dict, dict[str, str]]:
         """The worker job that makes every member of the unit, and where each lands."""
@@ -349,7 +374,7 @@ class _Cascade:
                 finished.add(i)
         failure: str | None = None
         running: dict[int, dict[str, str]] = {}  # unit -> its output files
-        with Pool(self.root, self.jobs) as pool:
+        with open_pool(self.lin, self.jobs, self.cluster) as pool:
             while True:
                 for i in [i for i in remaining if i not in running and deps[i] <= finished]:
                     if failure is not None or not pool.idle():
@@ -392,9 +417,15 @@ class _Cascade:
         return f"{unit.label} has no creation function: {fix}"
 
 
-def run(lin: Lineage, plan: Plan, jobs: int = 1, say=print) -> Outcome:
-    """Re-derive every unit of the plan not yet on its branch; commit each as it finishes."""
-    return _Cascade(lin, plan, jobs, say).run()
+def run(
+    lin: Lineage, plan: Plan, jobs: int | None = 1, say=print, cluster: str | None = None
+) -> Outcome:
+    """Re-derive every unit of the plan not yet on its branch; commit each as it finishes.
+
+    `jobs` units at once, here, or on the Dask cluster at `cluster` ("" for
+    DASK_SCHEDULER_ADDRESS).
+    """
+    return _Cascade(lin, plan, jobs, say, cluster).run()
 
 
 def describe(plan: Plan) -> Iterator[str]:

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 import torch
 
 from git_mgit import codecs, dtypes
+from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
+from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import Tensor, tensors
@@ -77,33 +79,58 @@ def load_models(refs: Iterable[str], lineage: Lineage | None = None) -> Loaded:
     """Load model versions (anything `git mgit lineage` accepts) with shared storage."""
     lin = lineage or Lineage()
     store = ChunkStore(lin.repo)
-    out = Loaded()
-    cache: dict[tuple, torch.Tensor] = {}
     try:
         wanted = [(ref, lin.resolve(ref)) for ref in refs]
         found = {ref: contents.named_manifests(lin.repo, store.reader, v) for ref, v in wanted}
         ensure_local(store, [pair for pairs in found.values() for pair in pairs])
-        plans = [(ref, tensors(dict(pairs))) for ref, pairs in found.items()]
-        total = sum(t.segment.length for _, ts in plans for t in ts.values())
-        progress = Progress("git-mgit: loading models", total)
-        try:
-            for ref, ts in plans:
-                model: StateDict = {}
-                for name, t in ts.items():
-                    out.total_bytes += t.segment.length
-                    key = _key(t)
-                    if key in cache:
-                        out.shared_tensors += 1
-                    else:
-                        cache[key] = _read(store, t)
-                        out.unique_bytes += t.segment.length
-                    model[name] = cache[key]
-                    progress.update(t.segment.length)
-                out.models[ref] = model
-        finally:
-            progress.finish()
+        return _decode(store, found)
     finally:
         store.close()
+
+
+def load_manifests(objects: str, manifests: Mapping[str, str]) -> StateDict:
+    """One model from its manifests' text (shard path -> manifest; "" for a file model),
+    decoded from the objects of the git repository `objects`.
+
+    How a worker on a cluster node loads a version: the head sends the manifests,
+    the node's object cache holds what they name (runtime.execution.node).
+    """
+    repo = find_repo(objects)
+    store = ChunkStore(repo)
+    try:
+        named = [(rel or "model", mf.parse(text.encode())) for rel, text in manifests.items()]
+        for name, m in named:
+            missing = store.missing([c.content_hash for c in m.chunks()])
+            if missing:
+                raise MgitError(f"{name}: {len(missing)} tensor object(s) are not in {objects}")
+        return _decode(store, {"": named}).models[""]
+    finally:
+        store.close()
+
+
+def _decode(store: ChunkStore, found: Mapping[str, list[tuple[str, mf.Manifest]]]) -> Loaded:
+    """Each entry's manifests as one state dict; equal tensors decoded once and shared."""
+    out = Loaded()
+    cache: dict[tuple, torch.Tensor] = {}
+    plans = [(ref, tensors(dict(pairs))) for ref, pairs in found.items()]
+    total = sum(t.segment.length for _, ts in plans for t in ts.values())
+    progress = Progress("git-mgit: loading models", total)
+    try:
+        for ref, ts in plans:
+            model: StateDict = {}
+            for name, t in ts.items():
+                out.total_bytes += t.segment.length
+                key = _key(t)
+                if key in cache:
+                    out.shared_tensors += 1
+                else:
+                    cache[key] = _read(store, t)
+                    out.unique_bytes += t.segment.length
+                model[name] = cache[key]
+                progress.update(t.segment.length)
+            out.models[ref] = model
+    finally:
+        progress.finish()
     return out
 
 

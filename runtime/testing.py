@@ -26,7 +26,7 @@ from git_mgit.lineage.contents import fetch_missing
 from git_mgit.progress import Progress
 from git_mgit.repoconfig import TestDecl, parse_condition
 from git_mgit.runtime import callables
-from git_mgit.runtime.jobs import Pool
+from git_mgit.runtime.execution import Executor, open_pool
 from git_mgit.runtime.targets import Target
 
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
@@ -70,15 +70,18 @@ def judge(test: TestDecl, metrics: dict) -> tuple[bool, str | None]:
 
 
 class Runner:
-    """Runs tests on targets through worker processes; records and reuses results."""
+    """Runs tests on targets through the execution layer; records and reuses results.
 
-    def __init__(self, lin: Lineage, jobs: int = 1) -> None:
+    `jobs` run at once, here or (with `cluster`, a Dask scheduler's address) on a cluster.
+    """
+
+    def __init__(self, lin: Lineage, jobs: int | None = 1, cluster: str | None = None) -> None:
         if lin.repo.worktree is None:
             raise MgitError("tests run in a working tree (they import the repository's code)")
         self.lin = lin
         self.root = Path(lin.repo.worktree)
-        self.jobs = max(1, jobs)
-        self._pool: Pool | None = None
+        self.jobs, self.cluster = jobs, cluster
+        self._pool: Executor | None = None
         self._codes: dict[str, str] = {}
 
     def close(self) -> None:
@@ -86,10 +89,10 @@ class Runner:
             self._pool.close()
 
     @property
-    def pool(self) -> Pool:
-        """The worker processes, started on first use; other jobs may share them."""
+    def pool(self) -> Executor:
+        """The workers, started (or the cluster reached) on first use; other jobs may share them."""
         if self._pool is None:
-            self._pool = Pool(self.root, self.jobs)
+            self._pool = open_pool(self.lin, self.jobs, self.cluster)
         return self._pool
 
     def tests(self, pattern: str | None = None) -> list[TestDecl]:
@@ -118,8 +121,10 @@ class Runner:
                 todo.append((r, {"kind": "test", "function": test.function, "model": t.spec()}))
             results.append(r)
         if todo:
-            # One fetch for every version the workers will load (a partial clone).
-            fetch_missing(self.lin, dict.fromkeys(r.target.version for r, _ in todo))
+            # One fetch for every version the workers will load (a partial clone); a
+            # cluster's nodes fetch for themselves, from the remote.
+            if self.cluster is None:
+                fetch_missing(self.lin, dict.fromkeys(r.target.version for r, _ in todo))
             progress = Progress("git-mgit: running tests", len(todo), counting=True)
             try:
                 for r, answer in self.pool.map(todo):

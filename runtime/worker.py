@@ -15,7 +15,14 @@ safetensors files (out): JSON and safetensors only, never a pickle.
      "outputs": {"NAME": "/tmp/out.safetensors", ...}, "group": false,
      "config": {"lr": 0.01}}                      (optional: keyword arguments)
         -> {"ok": true}
-    MODEL = {"version": "<id>" | "file": "/path/model.safetensors", "architecture": "nets:MLP" | null}
+    MODEL = {"version": "<id>" | "file": "/path/model.safetensors"
+             | "manifests": {"<shard path, or '' for a file>": "<manifest text>"},
+               "objects": "/node/cache.git",            (with "manifests": where the objects are)
+             "architecture": "nets:MLP" | null}
+
+A version id is read from REPO_ROOT's repository; manifests from the git
+repository `objects` names, which is how a worker on a cluster node (whose
+REPO_ROOT is a copy of the code, not a clone) loads a version.
 
 A failing job answers {"ok": false, "error": "..."} and the worker goes on.
 """
@@ -35,12 +42,43 @@ import torch
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage.api import Lineage
 from git_mgit.runtime import callables
-from git_mgit.runtime.loading import load_state_dict, read_tensors, save_tensors
+from git_mgit.runtime.loading import (
+    load_manifests,
+    load_state_dict,
+    read_tensors,
+    save_tensors,
+)
 
 
-def _materialize(spec: Mapping, lin: Lineage, root: Path, train: bool) -> object:
+class _Repository:
+    """The lineage of REPO_ROOT's repository, read when a job first names a version by id
+    (a cluster node's worker runs in a copy of the code, which is no repository)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lin: Lineage | None = None
+
+    def lineage(self) -> Lineage:
+        if self._lin is None:
+            self._lin = Lineage(find_repo(self.root))
+        return self._lin
+
+    def reload(self) -> None:
+        if self._lin is not None:
+            self._lin.reload()  # a cascade commits the parents a job builds on
+
+
+def _state(spec: Mapping, repo: _Repository) -> dict[str, torch.Tensor]:
+    if "file" in spec:
+        return read_tensors(spec["file"])
+    if "manifests" in spec:
+        return load_manifests(spec["objects"], spec["manifests"])
+    return load_state_dict(spec["version"], repo.lineage())
+
+
+def _materialize(spec: Mapping, repo: _Repository, root: Path, train: bool) -> object:
     """A torch module of the declared architecture holding the model's weights, else its state dict."""
-    state = read_tensors(spec["file"]) if "file" in spec else load_state_dict(spec["version"], lin)
+    state = _state(spec, repo)
     if not spec.get("architecture"):
         return state
     module = callables.load(spec["architecture"], root)()
@@ -72,17 +110,17 @@ def _metrics(value: object, function: str) -> dict[str, float]:
     return out
 
 
-def handle(job: Mapping, lin: Lineage, root: Path) -> dict:
+def handle(job: Mapping, repo: _Repository, root: Path) -> dict:
     fn = callables.load(job["function"], root)
     if job["kind"] == "test":
         with torch.no_grad():
             return {
                 "ok": True,
                 "metrics": _metrics(
-                    fn(_materialize(job["model"], lin, root, False)), job["function"]
+                    fn(_materialize(job["model"], repo, root, False)), job["function"]
                 ),
             }
-    parents = [_materialize(p, lin, root, True) for p in job["parents"]]
+    parents = [_materialize(p, repo, root, True) for p in job["parents"]]
     made = fn(*parents, **job.get("config", {}))
     outputs: Mapping[str, str] = job["outputs"]
     if job.get("group"):
@@ -103,13 +141,13 @@ def main(argv: list[str]) -> int:
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the user's prints go to stderr
     sys.stdout = sys.stderr
-    lin = Lineage(find_repo(root))
+    repo = _Repository(root)
     for line in sys.stdin:
         job = json.loads(line)
         try:
             if job["kind"] == "create":
-                lin.reload()  # a cascade commits the parents this job builds on
-            answer = handle(job, lin, root)
+                repo.reload()
+            answer = handle(job, repo, root)
         except Exception as exc:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             if os.environ.get("GIT_MGIT_DEBUG") == "1":

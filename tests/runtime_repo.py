@@ -35,6 +35,7 @@ TRAIN = '''
 import os
 import runpy
 import signal
+import time
 from pathlib import Path
 
 import torch
@@ -93,6 +94,7 @@ def _log(what):
     if log:
         with open(log, "a") as f:
             f.write(f"{what} {os.getpid()}\\n")
+    time.sleep(float(os.environ.get("CASCADE_SLEEP", "0")))  # a slow job, to kill mid-run
 '''
 
 CHECKS = '''

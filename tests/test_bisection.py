@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from git_mgit.lineage.bisection import BisectError, first_bad, linear, run
+from git_mgit.lineage.bisection import BisectError, first_bad, linear, rounds, run
 
 DAGS = 1000
 
@@ -99,3 +99,57 @@ def test_contradictions_are_refused() -> None:
         next(first_bad("b", ["c"], parents.__getitem__))
     with pytest.raises(BisectError, match="no candidate failed"):
         run(linear("c", ["a"], parents.__getitem__), lambda v: False)
+
+
+def run_rounds(search, failing: set[str]) -> tuple[str, int, int]:
+    """Drive a k-ary search: (answer, rounds, test runs)."""
+    n_rounds = n_runs = 0
+    try:
+        probes = next(search)
+        while True:
+            assert len(set(probes)) == len(probes)
+            n_rounds += 1
+            n_runs += len(probes)
+            probes = search.send({v: v in failing for v in probes})
+    except StopIteration as done:
+        return done.value, n_rounds, n_runs
+
+
+@pytest.mark.parametrize("culprits", [1, 2])
+def test_k_ary_rounds_find_the_true_boundary_in_fewer_rounds(culprits: int) -> None:
+    rng = random.Random(10 + culprits)
+    by_k: dict[int, list[int]] = {1: [], 2: [], 4: [], 8: []}
+    for _ in range(DAGS // 2):
+        parents, roots, failing, bad, good = situation(rng, culprits)
+        for k, counted in by_k.items():
+            found, n_rounds, n_runs = run_rounds(rounds(bad, good, parents.__getitem__, k), failing)
+            assert found in failing and not any(p in failing for p in parents[found])
+            assert found in ancestors(parents, bad)
+            if culprits == 1:
+                assert found == next(iter(roots & ancestors(parents, bad)))
+            assert n_runs <= k * n_rounds
+            counted.append(n_rounds)
+    means = {k: statistics.mean(v) for k, v in by_k.items()}
+    print(f"\n{DAGS // 2} random DAGs, {culprits} culprit(s): mean rounds by k {means}")
+    assert means[1] > means[2] > means[4] > means[8]
+
+
+def test_k_ary_rounds_on_a_chain_take_log_base_k_plus_1() -> None:
+    n = 1000
+    parents = {f"v{i}": [f"v{i - 1}"] if i else [] for i in range(n)}
+    for k in (1, 3, 7):
+        for culprit in (0, 1, 499, 998, 999):
+            failing = {f"v{i}" for i in range(culprit, n)}
+            found, n_rounds, _ = run_rounds(
+                rounds(f"v{n - 1}", [], parents.__getitem__, k), failing
+            )
+            assert found == f"v{culprit}"
+            assert n_rounds <= math.ceil(math.log(n) / math.log(k + 1)) + 1
+
+
+def test_k_ary_rounds_refuse_contradicting_verdicts() -> None:
+    parents = {"a": [], "b": ["a"], "c": ["b"], "d": ["c"]}
+    search = rounds("d", [], parents.__getitem__, 3)
+    probes = next(search)
+    with pytest.raises(BisectError, match="contradict"):
+        search.send({v: v == "a" for v in probes} | {"b": False, "c": False})

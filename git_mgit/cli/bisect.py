@@ -3,9 +3,12 @@
 git mgit bisect --test fp16-finite grandchild          # bad: grandchild's current version
 git mgit bisect --test accuracy --good base --bad ft-b
 git mgit bisect --test accuracy ft-b --linear          # the baseline: test oldest first
+git mgit bisect --test fp16 grand --jobs 4              # 4 candidates per round, at once
+git mgit bisect --test fp16 grand --cluster tcp://head:8786   # k = the cluster's threads
 
 Like git bisect, it assumes a failure is inherited by everything derived
-from or replacing a failing version, and takes about log2(n) test runs.
+from or replacing a failing version, and takes about log2(n) test runs; with k workers, k candidates are tested in
+each round (a k-ary split), about log(n) / log(k + 1) rounds.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from git_mgit.cli import cluster_option
 from git_mgit.errors import MgitError
 
 
@@ -23,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--good", action="append", default=[], help="a passing version (repeat)")
     parser.add_argument("--linear", action="store_true", help="test every candidate in turn")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    cluster_option.add(parser, "candidates tested in each round, at once")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if test is None:
         known = ", ".join(sorted(lin.config.tests)) or "none"
         raise MgitError(f"no test named {args.test!r} in mgit.toml (registered: {known})")
-    runner = Runner(lin)
+    runner = Runner(lin, args.jobs, args.cluster)
     try:
         found = bisect(
             lin,
@@ -59,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
             "path": found.first.path,
             "candidates": found.candidates,
             "runs": found.runs,
+            "rounds": found.rounds,
+            "workers": found.workers,
             "executed": found.executed,
             "search": how,
         }
@@ -66,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     first = found.first
     print(f"first failing version: {first.label} ({first.version[:10]}, {first.path})")
+    at_once = f" in {found.rounds} rounds of up to {found.workers}" if found.workers > 1 else ""
     print(
-        f"{how}: {found.runs} test runs among {found.candidates} candidates "
+        f"{how}: {found.runs} test runs{at_once} among {found.candidates} candidates "
         f"({found.executed} executed, {len(found.steps) - found.executed} recorded results reused)"
     )
     return 0

@@ -3,6 +3,7 @@
 git mgit cascade base                      # base's version at HEAD replaces its previous one
 git mgit cascade base --from OLD --to NEW --skip 'pruned' --stop 'ft-b' --jobs 2
 git mgit cascade base --dry-run            # print the plan
+git mgit cascade base --cluster tcp://head:8786   # on a Dask cluster's nodes
 
 Runs each descendant's creation function (mgit.toml) on its new parents, in
 all-parents-first order, independent models in parallel. Nothing is
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 
+from git_mgit.cli import cluster_option
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="the updated model (name, path or version)")
@@ -22,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rev", default="HEAD", help="whose models to re-derive")
     parser.add_argument("--skip", metavar="RE", help="leave these as they are (not descendants)")
     parser.add_argument("--stop", metavar="RE", help="re-derive these but not their descendants")
-    parser.add_argument("--jobs", "-j", type=int, default=1, help="parallel worker processes")
+    cluster_option.add(parser, "units re-derived at once")
     parser.add_argument("--branch", "-b", help="the branch for the new versions")
     parser.add_argument("--dry-run", "-n", action="store_true", help="print the plan only")
 
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     if args.dry_run:
         return 0
-    done = cascade.run(lin, plan, args.jobs)
+    done = cascade.run(lin, plan, args.jobs, cluster=args.cluster)
     again = f" ({done.resumed} from an earlier run)" if done.resumed else ""
     print(
         f"{len(done.made)} new version(s) on {plan.branch}{again}; "

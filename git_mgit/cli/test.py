@@ -4,6 +4,7 @@ git mgit test                                  # every test on every model at HE
 git mgit test base --traversal provenance      # base and everything derived from it
 git mgit test --models 'ft-.*' --tests accuracy --jobs 2 --json
 git mgit test --pending                        # merges waiting for their tests
+git mgit test --cluster tcp://head:8786 --jobs 64   # spread over a Dask cluster's nodes
 
 A result recorded for the same test code and model version is reused; change
 the test (or a module of the repository it imports) and it runs again.
@@ -16,6 +17,7 @@ import argparse
 import json
 import re
 
+from git_mgit.cli import cluster_option
 from git_mgit.errors import MgitError
 
 
@@ -31,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rev", default="HEAD", help="the revision whose models to test")
     parser.add_argument("--pending", action="store_true", help="merged versions awaiting tests")
-    parser.add_argument("--jobs", "-j", type=int, default=1, help="worker processes")
+    cluster_option.add(parser)
     parser.add_argument("--rerun", action="store_true", help="run even where a result is recorded")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         chosen = [
             t for t in chosen if any(pattern.search(x or "") for x in (t.model, t.label, t.path))
         ]
-    runner = Runner(lin, args.jobs)
+    runner = Runner(lin, args.jobs, args.cluster)
     try:
         tests = runner.tests(args.tests)
         if not tests:

@@ -19,7 +19,9 @@ not just some failing version. Ancestor sets are bitsets (Python ints),
 built once in topological order, so choosing a split is cheap even for
 thousands of versions.
 
-`linear()` is the baseline: test every candidate, oldest first, until one fails.
+`rounds()` tests k candidates at a time (k free workers): a k-ary split, so
+the rounds fall as workers grow. `linear()` is the baseline: test every
+candidate, oldest first, until one fails.
 """
 
 from __future__ import annotations
@@ -84,22 +86,73 @@ def first_bad(bad: str, good: Iterable[str], parents: Parents) -> Generator[str,
 
     Returns (StopIteration.value) the first failing version.
     """
+    search = rounds(bad, good, parents, 1)
+    try:
+        (v,) = next(search)
+        while True:
+            (v,) = search.send({v: (yield v)})
+    except StopIteration as done:
+        return done.value
+
+
+def rounds(
+    bad: str, good: Iterable[str], parents: Parents, k: int
+) -> Generator[list[str], dict[str, bool], str]:
+    """A k-ary search: yields up to k versions to test at once (one round); send back
+    {version: fails}. Returns (StopIteration.value) the first failing version.
+
+    After a round, the ancestors of every probe that passed are out, and of the probes
+    that failed, the one with the fewest candidates below it bounds what is left (as one
+    failing test does in first_bad). Probes are chosen one at a time, each the one that
+    splits the candidates into the smallest classes by which probes they are below (the
+    largest class, then the sum of squares of their sizes): with k = 1 that is
+    first_bad's best split, and a chain of n versions takes about log(n) / log(k + 1)
+    rounds.
+    """
     a = _Ancestry(bad, good, parents)
     left = a.candidates
     while left & (left - 1):  # more than one candidate
-        total = left.bit_count()
-        best, score = bad, -1
-        for v in a.members(left):
-            below = (a.anc[v] & left).bit_count()
-            split = min(below, total - below)
-            if split > score:
-                best, score = v, split
-        if (yield best):
-            left &= a.anc[best]
-        else:
-            left &= ~a.anc[best]
+        probes = _probes(a, left, max(1, k))
+        verdicts = yield probes
+        for v in probes:
+            if not verdicts[v]:
+                left &= ~a.anc[v]
+        failed = [left & a.anc[v] for v in probes if verdicts[v]]
+        if failed:
+            # The failing probe with the fewest candidates below it becomes the known bad
+            # one. Not all of them at once: failures introduced independently may meet
+            # only in versions that pass.
+            left = min(failed, key=int.bit_count)
+        if not left:
+            raise BisectError(
+                "the verdicts contradict each other (a version passes although one it is "
+                "derived from fails): is the test deterministic?"
+            )
     (answer,) = a.members(left)
     return answer
+
+
+def _probes(a: _Ancestry, left: int, k: int) -> list[str]:
+    """Up to k candidates whose verdicts together split `left` into the smallest classes."""
+    members = a.members(left)
+    classes = [left]
+    chosen: list[str] = []
+    while len(chosen) < k:
+        now = [c.bit_count() for c in classes]
+        best, score = None, (max(now), sum(n * n for n in now))  # a probe must improve on it
+        for v in members:
+            sizes = [
+                part.bit_count() for c in classes for part in (c & a.anc[v], c & ~a.anc[v]) if part
+            ]
+            s = (max(sizes), sum(n * n for n in sizes))
+            if s < score:
+                best, score = v, s
+        if best is None:
+            break  # no candidate splits any class further
+        chosen.append(best)
+        m = a.anc[best]
+        classes = [part for c in classes for part in (c & m, c & ~m) if part]
+    return chosen
 
 
 def linear(bad: str, good: Iterable[str], parents: Parents) -> Generator[str, bool, str]:

@@ -1,4 +1,4 @@
-"""Worker processes for the user's code: a pool of `python -m git_mgit.runtime.worker`.
+"""The local backend: worker processes on this machine, `python -m git_mgit.runtime.worker`.
 
 A worker stays up and takes jobs one at a time (torch and the user's modules
 are imported once per worker, not per job). submit() hands a job to an idle
@@ -13,10 +13,11 @@ import os
 import selectors
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from git_mgit.runtime.execution.base import Executor
 
 
 @dataclass
@@ -26,7 +27,7 @@ class _Worker:
 
 
 @dataclass
-class Pool:
+class Pool(Executor):
     root: Path
     size: int = 1
     _workers: list[_Worker] = field(default_factory=list)
@@ -81,17 +82,6 @@ class Pool:
                 if handle is not None:
                     return handle, {"ok": False, "error": f"the worker process died ({why})"}
 
-    def map(self, jobs: list[tuple[Any, dict]]) -> Iterator[tuple[Any, dict]]:
-        """Run every job, at most `size` at a time; answers in the order they finish."""
-        queue = list(jobs)
-        running = 0
-        while queue or running:
-            while queue and self.idle():
-                self.submit(*queue.pop(0))
-                running += 1
-            yield self.next_done()
-            running -= 1
-
     def close(self) -> None:
         for w in self._workers:
             if w.proc.stdin is not None:
@@ -100,9 +90,3 @@ class Pool:
             w.proc.wait()
         self._workers.clear()
         self._selector.close()
-
-    def __enter__(self) -> Pool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,0 +1,219 @@
+"""The cluster backend: runtime jobs as tasks on an existing Dask cluster.
+
+Dask distributed is the engine (docs/runtime.md says why: among the engines
+ML teams run, it is the one whose scheduler and workers all bind the address
+they are given, loopback included). The head (this process) is a Dask
+client. Each job becomes one task running node.run on some worker, with the
+code, the job's manifests and the head's packs (shipping.py) as its inputs:
+Dask sends each input to a node once and keeps it there while the head
+holds it. The answer comes back as plain data (JSON values and the bytes of
+output files), and the head does every commit, as with the local backend.
+
+When a node dies, Dask runs its tasks again elsewhere (up to its
+`allowed-failures`); only the first answer of a job reaches the caller, so
+nothing is committed twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from git_mgit.errors import MgitError
+from git_mgit.lineage.api import Lineage
+from git_mgit.runtime.execution import shipping
+from git_mgit.runtime.execution.base import Executor
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+ADDRESS_VARIABLE = "DASK_SCHEDULER_ADDRESS"  # Dask's own: dask.config's scheduler-address
+TIMEOUT = float(os.environ.get("GIT_MGIT_CLUSTER_TIMEOUT", "10"))
+
+
+class ClusterUnreachable(MgitError):
+    """No scheduler at the address, or no worker behind it."""
+
+
+def connect(address: str | None) -> Client:
+    """A client of the scheduler at `address`: tcp://HOST:PORT or a scheduler file; None or
+    "" take DASK_SCHEDULER_ADDRESS."""
+    try:
+        from distributed import Client
+    except ImportError as exc:
+        raise MgitError(
+            "--cluster runs on Dask, which is not installed: "
+            "`pip install 'git-mgit[cluster]'` here and on every node"
+        ) from exc
+    address = address or os.environ.get(ADDRESS_VARIABLE)
+    if not address:
+        raise ClusterUnreachable(
+            "--cluster needs the scheduler: give its address (--cluster tcp://HOST:8786) or "
+            f"its scheduler file, or set {ADDRESS_VARIABLE}"
+        )
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # its reconnect chatter
+    where = {"scheduler_file": address} if Path(address).is_file() else {"address": address}
+    try:
+        client = Client(**where, timeout=TIMEOUT, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ClusterUnreachable(
+            f"cannot reach the Dask scheduler at {address} ({_first_line(exc)}): start it "
+            f"(`dask scheduler`), or fix --cluster / {ADDRESS_VARIABLE}"
+        ) from exc
+    try:
+        client.wait_for_workers(1, timeout=TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        client.close()
+        raise ClusterUnreachable(
+            f"the Dask cluster at {address} has no workers: start some (`dask worker {address}`)"
+        ) from exc
+    return client
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+@dataclass
+class Stats:
+    """What the cluster did, for the closing line and the benchmark."""
+
+    jobs: Counter = field(default_factory=Counter)  # node -> jobs answered
+    remote: Counter = field(default_factory=Counter)  # node -> bytes fetched from the remote
+    head: Counter = field(default_factory=Counter)  # node -> bytes of packs from the head
+    prepare: float = 0.0  # seconds nodes spent unpacking code and fetching objects
+    run: float = 0.0  # seconds nodes spent in worker processes
+    given: dict[str, set[str]] = field(default_factory=dict)  # node -> versions its jobs named
+
+    def summary(self) -> str:
+        from git_mgit.progress import format_size
+
+        return (
+            f"{sum(self.jobs.values())} job(s) on {len(self.jobs)} node(s); objects fetched "
+            f"from the remote {format_size(sum(self.remote.values()))}, from here "
+            f"{format_size(sum(self.head.values()))}"
+        )
+
+
+@dataclass
+class _Job:
+    handle: Any
+    original: dict  # as the caller gave it (head paths, version ids)
+    task: dict  # as a node gets it (manifests, shipped files)
+    shipment: shipping.Shipment
+    files: dict[str, bytes]
+
+    @property
+    def versions(self) -> set[str]:
+        models = [self.original.get("model", {}), *self.original.get("parents", [])]
+        return {m["version"] for m in models if "version" in m}
+
+
+class ClusterPool(Executor):
+    """Jobs as Dask tasks, at most `size` at once (default: every worker thread)."""
+
+    def __init__(self, lin: Lineage, size: int | None, address: str | None) -> None:
+        from distributed import as_completed
+
+        self.client = connect(address)
+        try:
+            threads = sum(self.client.nthreads().values())
+            self.size = max(1, size or threads)
+            code = shipping.code(lin.repo)
+            self._digest = code.digest
+            self._code = self.client.scatter(code.data, hash=False)
+            self.shipper = shipping.Shipper(lin)
+        except BaseException:
+            self.client.close()
+            raise
+        self._packs: dict[str, Future] = {}
+        self._running: dict[str, _Job] = {}  # by task key
+        self._done = as_completed(loop=self.client.loop)
+        self.stats = Stats()
+
+    def idle(self) -> bool:
+        return len(self._running) < self.size
+
+    def submit(self, handle: Any, job: dict) -> None:
+        shipment = shipping.Shipment()
+        files: dict[str, bytes] = {}
+        task = dict(job)
+        if "model" in job:
+            task["model"] = self._model(job["model"], shipment, files)
+        if "parents" in job:
+            task["parents"] = [self._model(p, shipment, files) for p in job["parents"]]
+        self._start(_Job(handle, job, task, shipment, files))
+
+    def _model(self, spec: dict, shipment: shipping.Shipment, files: dict[str, bytes]) -> dict:
+        out = {"architecture": spec.get("architecture")}
+        if "version" in spec:
+            return {**out, "manifests": self.shipper.model(spec["version"], shipment)}
+        key = f"f{len(files)}"
+        files[key] = Path(spec["file"]).read_bytes()
+        return {**out, "shipped": key}
+
+    def _start(self, j: _Job) -> None:
+        packs = [self._pack(v) for v in j.shipment.packs]
+        remote = None
+        if j.shipment.remote:
+            remote = {"url": self.shipper.remote_url, "versions": j.shipment.remote}
+        from git_mgit.runtime.execution import node
+
+        future = self.client.submit(
+            node.run, j.task, self._digest, self._code, remote, packs, j.files,
+            key=f"git-mgit-{j.task['kind']}-{uuid.uuid4().hex}", pure=False,
+        )  # fmt: skip
+        self._running[future.key] = j
+        self._done.add(future)
+
+    def _pack(self, vid: str) -> Future:
+        if vid not in self._packs:
+            # In a list: Dask scatters a dict's values one by one, under its keys.
+            (self._packs[vid],) = self.client.scatter([self.shipper.pack(vid)], hash=False)
+        return self._packs[vid]
+
+    def next_done(self) -> tuple[Any, dict]:
+        while True:
+            future = next(self._done)
+            j = self._running.pop(future.key)
+            if future.status != "finished":
+                exc = future.exception()
+                return j.handle, {"ok": False, "error": f"the cluster failed the job: {exc!r}"}
+            answer = future.result()
+            self._count(answer, j)
+            if answer.get("missing"):
+                # The remote lacked them after all: send them from here, once.
+                self.shipper.from_head.update(answer["missing"])
+                self.submit(j.handle, j.original)
+                continue
+            outputs = answer.pop("outputs", None)
+            if outputs:
+                for name, data in outputs.items():
+                    Path(j.original["outputs"][name]).write_bytes(data)
+            return j.handle, answer
+
+    def _count(self, answer: dict, j: _Job) -> None:
+        node = answer.get("node", "?")
+        self.stats.jobs[node] += 1
+        self.stats.given.setdefault(node, set()).update(j.versions)
+        fetched = answer.get("fetched", {})
+        self.stats.remote[node] += fetched.get("remote", 0)
+        self.stats.head[node] += fetched.get("head", 0)
+        seconds = answer.get("seconds", {})
+        self.stats.prepare += seconds.get("prepare", 0.0)
+        self.stats.run += seconds.get("run", 0.0)
+
+    def close(self) -> None:
+        try:
+            self.shipper.close()
+        finally:
+            self.client.close()
+        if self.stats.jobs:
+            print(f"git-mgit: cluster: {self.stats.summary()}", file=sys.stderr)

@@ -1,0 +1,190 @@
+"""A cluster node's side of a runtime job: what the Dask task that carries it does.
+
+Everything lives in the node's own folder, git-mgit/ beside the Dask
+workers' local directories (so every worker a node runs shares it, and it
+outlives a worker's restart):
+
+    code/<digest>/   the head's code (shipping.code), unpacked once per version of it
+    objects.git/     a bare repository holding the tensor objects of the versions
+                     this node was given: fetched from the remote, or indexed
+                     from the head's packs, and kept for the next job
+    jobs/<id>/       one job's input and output files, removed when it ends
+
+The job itself runs as on the head: in a worker process
+(`python -m git_mgit.runtime.worker`, one per Dask thread and code version,
+kept for the next job), which loads each model from its manifests and the
+object cache. The answer goes back to the head with what the node did:
+where it is, the bytes of objects it fetched from the remote and from the
+head, and the seconds spent preparing and running. Nodes never write to the
+repository; the head commits.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import shutil
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from git_mgit import manifest as mf
+from git_mgit.gitcmd import find_repo, git, git_bytes
+from git_mgit.runtime.execution.local import Pool
+from git_mgit.store import anchors
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.transfer.fetch import fetch_versions
+
+_pools: dict[tuple[int, str], Pool] = {}
+_pools_lock = threading.Lock()
+
+
+def run(
+    job: dict,
+    digest: str,
+    code: bytes,
+    remote: dict | None,
+    packs: list[dict],
+    files: dict[str, bytes],
+) -> dict:
+    """Run one job here; its answer, with "node", "fetched" and "seconds" added.
+
+    `remote` is {"url": URL, "versions": {manifest version: text}} for objects to
+    fetch from the remote; `packs` are the head's packs; `files` the bytes of
+    models that are files on the head (a model no commit holds yet).
+    """
+    from distributed import get_worker
+
+    began = time.monotonic()
+    worker = get_worker()
+    home = Path(worker.local_directory).parent / "git-mgit"
+    home.mkdir(exist_ok=True)
+    root = _code(home, digest, code)
+    cache = home / "objects.git"
+    with _locked(home):
+        if not cache.exists():
+            _init(cache)
+        fetched = {"head": sum(_index(cache, p) for p in packs), "remote": 0}
+        missing: list[str] = []
+        if remote:
+            fetched["remote"], missing = _fetch(cache, remote)
+    facts = {"node": worker.address, "fetched": fetched}
+    if missing:  # the remote lacks them after all: the head sends them instead
+        return {"ok": False, "missing": missing, **facts}
+    scratch = home / "jobs" / uuid.uuid4().hex
+    scratch.mkdir(parents=True)
+    try:
+        here = _localize(job, str(cache), scratch, files)
+        ready = time.monotonic()
+        pool = _pool(root)
+        pool.submit(None, here)
+        _, answer = pool.next_done()
+        ran = time.monotonic() - ready
+        if answer["ok"] and here["kind"] == "create":
+            answer["outputs"] = {n: Path(p).read_bytes() for n, p in here["outputs"].items()}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {**answer, **facts, "seconds": {"prepare": ready - began, "run": ran}}
+
+
+@contextmanager
+def _locked(home: Path) -> Iterator[None]:
+    """One job at a time changes the node's cache (threads of this worker, other workers)."""
+    with open(home / "lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _code(home: Path, digest: str, code: bytes) -> Path:
+    """The head's code, unpacked here once (into a new folder, then renamed into place)."""
+    root = home / "code" / digest
+    if root.is_dir():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = root.with_name(f".{digest}.{os.getpid()}.{threading.get_ident()}")
+    with zipfile.ZipFile(io.BytesIO(code)) as zf:
+        zf.extractall(tmp)
+    try:
+        tmp.rename(root)
+    except OSError:  # another job unpacked it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def _init(cache: Path) -> None:
+    git("init", "-q", "--bare", str(cache))
+    for key, value in (("user.name", "git-mgit node"), ("user.email", "git-mgit@localhost")):
+        git("config", key, value, cwd=cache)
+
+
+def _size(cache: Path) -> int:
+    return sum((Path(d) / f).stat().st_size for d, _, fs in os.walk(cache / "objects") for f in fs)
+
+
+def _index(cache: Path, pack: dict) -> int:
+    """Index a head-made pack into the cache, anchored; its size, or 0 if it was here already."""
+    objects = [(bytes.fromhex(h), bytes.fromhex(oid)) for h, oid in pack["objects"]]
+    repo = find_repo(cache)
+    if len(repo.existing(oid.hex() for _, oid in objects)) == len(objects):
+        return 0
+    git_bytes("index-pack", "--stdin", cwd=cache, input=pack["pack"])
+    anchors.set_ref(repo, anchors.commit_objects(repo, objects))
+    return len(pack["pack"])
+
+
+def _fetch(cache: Path, remote: dict) -> tuple[int, list[str]]:
+    """Fetch what the versions lack here from the remote: (bytes that came, versions still missing)."""
+    name = "r-" + uuid.uuid5(uuid.NAMESPACE_URL, remote["url"]).hex[:12]
+    if git("remote", "get-url", name, cwd=cache, check=False) != remote["url"]:
+        git("remote", "remove", name, cwd=cache, check=False)
+        git("remote", "add", name, remote["url"], cwd=cache)
+    wanted = {v: mf.parse(text.encode()) for v, text in remote["versions"].items()}
+    before = _size(cache)
+    store = ChunkStore(find_repo(cache))
+    try:
+        out = fetch_versions(store, wanted, remote=name)
+    finally:
+        store.close()
+    return _size(cache) - before, list(out.missing)
+
+
+def _localize(job: dict, cache: str, scratch: Path, files: dict[str, bytes]) -> dict:
+    """The job with this node's paths: models read from the cache or from written files,
+    outputs written under the job's folder."""
+
+    def spec(model: dict) -> dict:
+        if "manifests" in model:
+            return {**model, "objects": cache}
+        if "shipped" in model:
+            path = scratch / f"in-{len(list(scratch.iterdir()))}.safetensors"
+            path.write_bytes(files[model["shipped"]])
+            return {"file": str(path), "architecture": model.get("architecture")}
+        return model
+
+    here = dict(job)
+    if "model" in job:
+        here["model"] = spec(job["model"])
+    if "parents" in job:
+        here["parents"] = [spec(p) for p in job["parents"]]
+    if "outputs" in job:
+        here["outputs"] = {
+            n: str(scratch / f"out-{i}.safetensors") for i, n in enumerate(job["outputs"])
+        }
+    return here
+
+
+def _pool(root: Path) -> Pool:
+    """This thread's worker process for this code (started on first use, then kept)."""
+    key = (threading.get_ident(), str(root))
+    with _pools_lock:
+        if key not in _pools:
+            _pools[key] = Pool(root, 1)
+        return _pools[key]

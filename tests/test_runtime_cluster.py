@@ -1,0 +1,310 @@
+"""The runtime on a real multi-node Dask cluster (loopback only): the same answers as the local
+backend, objects fetched per node for the versions it was given, and a node killed mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from git_mgit.gitcmd import find_repo
+from git_mgit.lineage import Lineage, commit_model
+from git_mgit.lineage.save import ModelFile, commit_files, record_lineage
+from git_mgit.runtime import targets
+from git_mgit.runtime.testing import Runner
+from git_mgit.store.lookup import anchor_objects, anchor_tips
+from tests.dask_cluster import Cluster, cluster
+from tests.gitsandbox import run_git
+from tests.mgitrepo import mgit
+from tests.runtime_repo import family, isolated_home, working_copy
+
+SHARDED = "models/sharded"
+INDEX = "model.safetensors.index.json"
+DERIVED = ["ft-a", "ft-b", "grand", "head-x", "head-y", "pruned", "sharded"]
+
+
+def add_sharded_folder(repo: Path) -> None:
+    """`sharded`: a fine-tune of base kept as a two-shard Hugging Face folder."""
+    config = repo / "mgit.toml"
+    config.write_text(
+        config.read_text()
+        + f'\n[models.sharded]\npath = "{SHARDED}/"\ntype = "mlp"\nparents = ["base"]\n'
+        'creation = "train:finetune"\n'
+    )
+    run_git("commit", "-q", "-am", "declare the sharded folder", cwd=repo)
+    sys.path.insert(0, str(repo))
+    try:
+        import nets  # type: ignore[import-not-found]
+        import train  # type: ignore[import-not-found]
+
+        lin = Lineage(find_repo(repo))
+        base = nets.MLP()
+        base.load_state_dict(load_file(repo / "models/base.safetensors"))
+        state = train.finetune(base).state_dict()
+    finally:
+        sys.path.remove(str(repo))
+        for name in ("nets", "train"):
+            sys.modules.pop(name, None)
+    names = sorted(state)
+    parts = {
+        "model-00001-of-00002.safetensors": names[:2],
+        "model-00002-of-00002.safetensors": names[2:],
+    }
+    files = [
+        ModelFile(f"{SHARDED}/{shard}", {n: state[n] for n in part}, {"format": "pt"})
+        for shard, part in parts.items()
+    ]
+    index = {
+        "metadata": {"total_size": sum(t.numel() * t.element_size() for t in state.values())},
+        "weight_map": {n: shard for shard, part in parts.items() for n in part},
+    }
+    plain = {
+        f"{SHARDED}/{INDEX}": (json.dumps(index, indent=2, sort_keys=True) + "\n").encode(),
+        f"{SHARDED}/config.json": b'{"model_type": "mlp"}\n',
+    }
+    commit, _ = commit_files(lin.repo, files, "sharded fine-tune of base", plain=plain)
+    run_git("reset", "-q", "--hard", cwd=repo)
+    version = run_git("rev-parse", f"{commit}:{SHARDED}", cwd=repo).stdout.strip()
+    record_lineage(
+        lin, version, SHARDED, [lin.resolve("base")], "train:finetune", f"{commit}^", kind="folder"
+    )
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    with isolated_home(tmp_path_factory.mktemp("template-home")):
+        repo = family(tmp_path_factory.mktemp("template") / "repo")
+        add_sharded_folder(repo)
+        return repo
+
+
+@pytest.fixture(scope="module")
+def dask(tmp_path_factory: pytest.TempPathFactory):
+    with cluster(tmp_path_factory.mktemp("cluster")) as c:
+        yield c
+
+
+def pushed_copy(template: Path, where: Path) -> Path:
+    """A working copy whose remote (a bare repository) holds every version at HEAD."""
+    where.mkdir()
+    repo = working_copy(template, where)
+    run_git("init", "-q", "--bare", str(where / "remote.git"), cwd=where)
+    run_git("remote", "add", "origin", str(where / "remote.git"), cwd=repo)
+    run_git("push", "-q", "origin", "main", cwd=repo)
+    return repo
+
+
+@pytest.fixture
+def repo(template: Path, tmp_path: Path) -> Path:
+    return pushed_copy(template, tmp_path / "a")
+
+
+def update_base(repo: Path) -> str:
+    """A new base version, committed here only (the remote does not have it)."""
+    state = {k: v * 1.1 for k, v in load_file(repo / "models/base.safetensors").items()}
+    lin = Lineage(find_repo(repo))
+    return commit_model(state, repo / "models/base.safetensors", "update base", lineage=lin).version
+
+
+def branch_versions(repo: Path, branch: str) -> dict[str, str]:
+    """model -> its version on the branch (a manifest blob or a folder's tree: its content)."""
+    paths = {m: f"models/{m}.safetensors" for m in DERIVED} | {"sharded": SHARDED}
+    return {
+        m: run_git("rev-parse", f"{branch}:{p}", cwd=repo).stdout.strip() for m, p in paths.items()
+    }
+
+
+def cascade_commits(repo: Path, branch: str) -> Counter:
+    log = run_git("log", "--format=%(trailers:key=Mgit-Cascade,valueonly)", branch, cwd=repo)
+    return Counter(line.split()[1] for line in log.stdout.splitlines() if line.strip())
+
+
+def chunk_hashes(lin: Lineage, version: str) -> set[bytes]:
+    from git_mgit.lineage.save import version_manifests
+
+    v = lin.resolve(version)
+    return {
+        c.content_hash
+        for m in version_manifests(lin.repo, v.id, v.kind).values()
+        for c in m.chunks()
+    }
+
+
+def node_hashes(cache: Path) -> set[bytes]:
+    repo = find_repo(cache)
+    return {h for h, _, _ in anchor_objects(repo, list(anchor_tips(repo).values()), [])}
+
+
+# -- git mgit test ---------------------------------------------------------------------------
+
+
+def test_tests_on_two_nodes_match_the_local_backend_and_fetch_only_their_versions(
+    repo: Path, template: Path, tmp_path: Path, dask: Cluster
+) -> None:
+    local = json.loads(mgit("test", "--json", "--jobs", "2", cwd=repo).stdout)
+
+    other = pushed_copy(template, tmp_path / "b")
+    lin = Lineage(find_repo(other))
+    runner = Runner(lin, None, dask.address)
+    try:
+        chosen = targets.at_revision(lin, "HEAD")
+        pairs = [(t, test) for t in chosen for test in runner.applicable(t, runner.tests())]
+        results = runner.run(pairs)
+        stats = runner.pool.stats
+    finally:
+        runner.close()
+    # the same metrics, recorded the same way, as the local backend's
+    got = {(r.target.version, r.test.name): r.metrics for r in results}
+    assert got == {(row["version"], row["test"]): row["metrics"] for row in local}
+    here, there = Lineage(find_repo(repo)), Lineage(find_repo(other))
+    for r in results:
+        assert there.recorded_test(r.target.version, r.test.name, r.code) == r.metrics
+        assert here.recorded_test(r.target.version, r.test.name, r.code) == r.metrics
+
+    # both nodes worked, each in its own folder; objects came from the remote only
+    assert len(stats.jobs) == 2 and sum(stats.jobs.values()) == len(pairs)
+    assert sum(stats.remote.values()) > 0 and sum(stats.head.values()) == 0
+    everything = {v: chunk_hashes(lin, v) for v in {t.version for t in chosen}}
+    for node in dask.nodes:
+        given = stats.given[node.address]
+        held = node_hashes(dask.cache(node))
+        assert held, node
+        # what a node holds is what its versions read (their delta bases may be their parents')
+        allowed = set().union(*(everything[v] for v in given))
+        allowed |= set().union(*(chunk_hashes(lin, p) for v in given for p in lin.graph.parents(v)))
+        assert held <= allowed
+        assert held >= set().union(*(everything[v] for v in given))
+        others = set().union(*(everything[v] for v in everything if v not in given)) - allowed
+        assert not held & others
+
+
+# -- git mgit cascade ------------------------------------------------------------------------
+
+
+def test_cascade_on_the_cluster_is_bit_identical_to_the_local_one_sharded_folder_too(
+    repo: Path, template: Path, tmp_path: Path, dask: Cluster
+) -> None:
+    old_index = json.loads(run_git("show", f"HEAD:{SHARDED}/{INDEX}", cwd=repo).stdout)
+    update_base(repo)
+    local = mgit("cascade", "base", "--jobs", "2", cwd=repo)
+    branch = local.stdout.split("onto branch ")[1].split()[0]
+
+    other = pushed_copy(template, tmp_path / "b")
+    update_base(other)
+    there = mgit("cascade", "base", "--cluster", dask.address, cwd=other)
+    assert branch in there.stdout
+    assert "job(s) on 2 node(s)" in there.stderr
+    assert "from here 0 B" not in there.stderr  # the new base went from the head as a pack
+
+    assert branch_versions(other, branch) == branch_versions(repo, branch)  # bit-identical
+    assert cascade_commits(other, branch) == cascade_commits(repo, branch)
+    assert set(cascade_commits(other, branch).values()) == {1} and len(
+        cascade_commits(other, branch)
+    ) == len(DERIVED)
+
+    # the folder keeps its layout: the same shards, the index names where each tensor is
+    lin = Lineage(find_repo(other))
+    files = run_git("ls-tree", "--name-only", f"{branch}:{SHARDED}", cwd=other).stdout.split()
+    assert files == sorted({INDEX, "config.json", *old_index["weight_map"].values()})
+    new_index = json.loads(run_git("show", f"{branch}:{SHARDED}/{INDEX}", cwd=other).stdout)
+    assert new_index["weight_map"] == old_index["weight_map"]
+    new = lin.resolve(f"{branch}:{SHARDED}")
+    assert new.kind == "folder"
+    assert lin.graph.parents(new.id, ("provenance",)) == [
+        lin.resolve(f"{branch}:models/base.safetensors").id
+    ]
+    run_git("checkout", "-q", branch, cwd=other)
+    shards = {}
+    for shard in set(new_index["weight_map"].values()):
+        shards.update(load_file(other / SHARDED / shard))
+    assert set(shards) == set(new_index["weight_map"])
+    old = {}
+    for shard in set(old_index["weight_map"].values()):
+        old.update(load_file(template / SHARDED / shard))
+    assert any(not torch.equal(shards[n], old[n]) for n in shards)  # re-derived from the new base
+    mgit("fsck", cwd=other)
+
+
+# -- git mgit bisect -------------------------------------------------------------------------
+
+
+def test_bisect_on_the_cluster_finds_the_same_culprit_in_fewer_rounds(
+    repo: Path, dask: Cluster
+) -> None:
+    lin = Lineage(find_repo(repo))
+    path = repo / "models/grand.safetensors"
+    made = []
+    for step in range(12):
+        state = {k: v * 1.01 for k, v in load_file(path).items()}
+        if step == 7:
+            state["head.bias"] = state["head.bias"] + 70000  # float16 cannot hold it
+        made.append(commit_model(state, path, f"grand step {step}", lineage=lin).version)
+    args = ("bisect", "--test", "fp16", "grand", "--json", "--cluster", dask.address)
+    there = json.loads(mgit(*args, cwd=repo).stdout)
+    assert there["first_bad"] == made[7]
+    assert there["workers"] == 2 and there["rounds"] < there["runs"]
+    local = json.loads(mgit("bisect", "--test", "fp16", "grand", "--json", cwd=repo).stdout)
+    assert local["first_bad"] == made[7] and local["rounds"] == local["runs"]
+
+
+# -- failures --------------------------------------------------------------------------------
+
+
+def test_a_node_killed_mid_cascade_and_the_cascade_still_completes_once(
+    repo: Path, template: Path, tmp_path: Path
+) -> None:
+    update_base(repo)
+    local = mgit("cascade", "base", "--jobs", "2", cwd=repo)
+    branch = local.stdout.split("onto branch ")[1].split()[0]
+
+    other = pushed_copy(template, tmp_path / "b")
+    update_base(other)
+    log = tmp_path / "calls.log"
+    env = {"CASCADE_LOG": str(log), "CASCADE_SLEEP": "1.5"}
+    with cluster(tmp_path / "cluster", env=env) as c:
+        proc = subprocess.Popen(
+            ["git", "mgit", "cascade", "base", "--cluster", c.address],
+            cwd=other, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not log.exists() or not log.read_text().strip():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        first_pid = int(log.read_text().split()[1])
+        victim = c.node_of(first_pid)
+        c.kill(victim)
+        _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    calls = [line.split() for line in log.read_text().splitlines()]
+    units = len(DERIVED) - 1  # head-x and head-y are one call
+    assert len(calls) > units  # the killed node's job ran again elsewhere
+    assert cascade_commits(other, branch) == Counter(
+        dict.fromkeys(cascade_commits(repo, branch), 1)
+    )
+    assert branch_versions(other, branch) == branch_versions(repo, branch)
+
+
+def test_an_unreachable_cluster_is_one_clear_line(repo: Path) -> None:
+    env = {**os.environ, "GIT_MGIT_CLUSTER_TIMEOUT": "1"}
+    env.pop("DASK_SCHEDULER_ADDRESS", None)
+    for args, said in (
+        (
+            ["--cluster", "tcp://127.0.0.1:9"],
+            "cannot reach the Dask scheduler at tcp://127.0.0.1:9",
+        ),
+        (["--cluster"], "--cluster needs the scheduler"),
+    ):
+        proc = subprocess.run(
+            ["git", "mgit", "test", *args], cwd=repo, capture_output=True, text=True, env=env
+        )
+        assert proc.returncode != 0
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0], proc.stderr

@@ -32,6 +32,7 @@ from git_mgit.runtime.selection import hyperband
 from git_mgit.runtime.selection.schedule import FixedScheduler, RandomScheduler, Unit
 from git_mgit.runtime.selection.space import SpaceError, load
 from git_mgit.runtime.training import runs
+from tests.dask_cluster import Cluster, cluster
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo
 from tests.runtime_repo import isolated_home, working_copy
@@ -186,6 +187,91 @@ def test_a_killed_worker_is_restarted_and_every_unit_runs_once(
         assert len(orders) == EPOCHS and len(c["history"]) == EPOCHS
         for order in orders:  # every partition exactly once per epoch
             assert sorted(order) == list(range(WORKERS)), (c["run"], orders)
+
+
+# -- on a cluster --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dask(tmp_path_factory: pytest.TempPathFactory):
+    with cluster(tmp_path_factory.mktemp("cluster")) as c:
+        yield c
+
+
+def on_cluster(repo: Path, c: Cluster, *args: str) -> subprocess.Popen:
+    return select(repo, "--cluster", c.address, *args)
+
+
+def test_selection_on_two_nodes_equals_sequential_training_and_replays_here_exactly(
+    workload: Path, tmp_path: Path, dask: Cluster
+) -> None:
+    repo = working_copy(workload, tmp_path)
+    out, _err = finish(on_cluster(repo, dask, "--name", "n1", "--json"))
+    summary = json.loads(out)
+    assert len(summary["configs"]) == CONFIGS and summary["events"] == []
+    lin = Lineage(find_repo(repo))
+    for c in summary["configs"]:
+        orders = visits(repo, c["run"])
+        assert orders == c["visits"] and all(sorted(o) == list(range(WORKERS)) for o in orders)
+    hopped = next(c for c in summary["configs"] if c["visits"][0] != c["visits"][1])
+    weights = load_state_dict(
+        f"runs/{hopped['run']}:checkpoints/{hopped['run']}/model.safetensors", lin
+    )
+    expected = sequential(repo, hopped["values"], hopped["visits"])
+    assert all(torch.equal(weights[n], t) for n, t in expected.items())
+    # the nodes ran it: their workers' folders, not the repository, hold the hop files
+    assert all(
+        any((n.folder / "dask-scratch-space" / "git-mgit" / "select").iterdir()) for n in dask.nodes
+    )
+
+    finish(select(repo, "--replay", "n1", "--name", "n2"))  # the local backend, same schedule
+    for i in range(CONFIGS):
+        replayed(repo, lin, f"n1-c{i:02d}", f"n2-c{i:02d}")
+
+
+def _node_workers(node_pid: int) -> list[int]:
+    """Selection worker processes a node started."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rpartition(")")[2].split()[1])
+        if b"git_mgit.runtime.selection.worker" in cmd and ppid == node_pid:
+            out.append(int(pid))
+    return out
+
+
+def test_a_node_killed_mid_selection_with_replicas_and_every_unit_runs_once(
+    workload: Path, tmp_path: Path
+) -> None:
+    repo = working_copy(workload, tmp_path)
+    with cluster(tmp_path / "cluster") as c:
+        proc = on_cluster(repo, c, "--name", "r", "--json", "--seed", "3", "--replicas", "2")
+        deadline = time.monotonic() + 120
+        victim = c.nodes[0]
+        while len(_node_workers(victim.process.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2)  # into the run: units are training
+        c.kill(victim)
+        out, err = finish(proc)
+    summary = json.loads(out)
+    died = [e for e in summary["events"] if "died" in e]
+    assert 1 <= len(died) <= 2 and "restarting it" in err, err  # the node's two workers
+    lin = Lineage(find_repo(repo))
+    for c_ in summary["configs"]:
+        orders = visits(repo, c_["run"])
+        assert len(orders) == EPOCHS and len(c_["history"]) == EPOCHS
+        for order in orders:  # every partition exactly once per epoch
+            assert sorted(order) == list(range(WORKERS)), (c_["run"], orders)
+    first = summary["configs"][0]
+    weights = load_state_dict(
+        f"runs/{first['run']}:checkpoints/{first['run']}/model.safetensors", lin
+    )
+    expected = sequential(repo, first["values"], first["visits"])
+    assert all(torch.equal(weights[n], t) for n, t in expected.items())
 
 
 FROZEN = """\

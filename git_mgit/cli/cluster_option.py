@@ -1,6 +1,6 @@
 """`--cluster [ADDRESS]` and `--jobs`: where the runtime commands run their jobs.
 
-Not a subcommand: the option shared by test, bisect and cascade
+Not a subcommand: the options shared by test, bisect, cascade and select
 (docs/runtime.md, "Running on a cluster").
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 
 
-def add(parser: argparse.ArgumentParser, jobs: str = "jobs that run at once") -> None:
+def add(parser: argparse.ArgumentParser, jobs: str | None = "jobs that run at once") -> None:
+    """--cluster, and --jobs described as `jobs` (None: no --jobs)."""
     parser.add_argument(
         "--cluster",
         nargs="?",
@@ -18,6 +19,8 @@ def add(parser: argparse.ArgumentParser, jobs: str = "jobs that run at once") ->
         help="run on the Dask cluster whose scheduler is at ADDRESS (tcp://HOST:PORT or a "
         "scheduler file; without ADDRESS, $DASK_SCHEDULER_ADDRESS)",
     )
+    if jobs is None:
+        return
     parser.add_argument(
         "--jobs",
         "-j",

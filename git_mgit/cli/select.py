@@ -4,6 +4,7 @@ git mgit select --space space.toml --workers 2                 # grid search
 git mgit select --space space.toml --workers 4 --search random --epochs 5 --name sweep
 git mgit select --space space.toml --workers 4 --search hyperband --epochs 27
 git mgit select --space space.toml --workers 2 --replay sweep --name sweep-again
+git mgit select --space space.toml --workers 16 --cluster tcp://head:8786 --replicas 2
 
 Each worker process holds one data partition; configurations hop between
 workers once per partition per epoch (Cerebro, paper 003). Every epoch of
@@ -18,10 +19,18 @@ import sys
 import time
 from pathlib import Path
 
+from git_mgit.cli import cluster_option
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--space", required=True, metavar="SPACE.toml", help="the workload")
-    parser.add_argument("--workers", type=int, required=True, help="processes (data partitions)")
+    parser.add_argument(
+        "--workers", type=int, required=True, help="data partitions (a worker each)"
+    )
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="workers holding each partition (default 1)"
+    )
+    cluster_option.add(parser, None)
     parser.add_argument("--epochs", type=int, help="epochs (default: the space's)")
     parser.add_argument(
         "--search",
@@ -49,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or time.strftime("select-%Y%m%d-%H%M%S")
     if args.workers < 1:
         raise driver.SelectionError(f"--workers must be at least 1, not {args.workers}")
+    if args.replicas < 1:
+        raise driver.SelectionError(f"--replicas must be at least 1, not {args.replicas}")
     if args.epochs is not None and args.epochs < 1:
         raise driver.SelectionError(f"--epochs must be at least 1, not {args.epochs}")
     replay = None
@@ -75,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         args.seed,
         replay.orders if replay else None,
         replay.marks if replay else None,
+        args.replicas,
+        args.cluster,
     )
     outcome = driver.Driver(repo, workload, values, req, say).run()
     picture = report.plot(outcome, Path(args.plot or driver.scratch(repo, name) / "curves.png"))

@@ -60,7 +60,7 @@ def connect(address: str | None) -> Client:
     logging.getLogger("distributed").setLevel(logging.CRITICAL)  # its reconnect chatter
     where = {"scheduler_file": address} if Path(address).is_file() else {"address": address}
     try:
-        client = Client(**where, timeout=TIMEOUT, set_as_default=False)
+        client = Client(**where, timeout=TIMEOUT)  # the default: actors find it so
     except (OSError, TimeoutError, ValueError) as exc:
         raise ClusterUnreachable(
             f"cannot reach the Dask scheduler at {address} ({_first_line(exc)}): start it "

@@ -62,9 +62,8 @@ def run(
 
     began = time.monotonic()
     worker = get_worker()
-    home = Path(worker.local_directory).parent / "git-mgit"
-    home.mkdir(exist_ok=True)
-    root = _code(home, digest, code)
+    home = node_home()
+    root = unpack_code(home, digest, code)
     cache = home / "objects.git"
     with _locked(home):
         if not cache.exists():
@@ -92,6 +91,15 @@ def run(
     return {**answer, **facts, "seconds": {"prepare": ready - began, "run": ran}}
 
 
+def node_home() -> Path:
+    """This node's git-mgit folder (beside the Dask workers' local directories)."""
+    from distributed import get_worker
+
+    home = Path(get_worker().local_directory).parent / "git-mgit"
+    home.mkdir(exist_ok=True)
+    return home
+
+
 @contextmanager
 def _locked(home: Path) -> Iterator[None]:
     """One job at a time changes the node's cache (threads of this worker, other workers)."""
@@ -103,7 +111,7 @@ def _locked(home: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _code(home: Path, digest: str, code: bytes) -> Path:
+def unpack_code(home: Path, digest: str, code: bytes) -> Path:
     """The head's code, unpacked here once (into a new folder, then renamed into place)."""
     root = home / "code" / digest
     if root.is_dir():

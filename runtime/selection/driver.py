@@ -1,9 +1,10 @@
 """`git mgit select`: model hopper parallelism on worker processes, a branch per configuration.
 
-The driver holds the c10d TCPStore the workers connect to, starts one
-worker process per data partition, and runs the scheduler (schedule.py)
-epoch by epoch: an idle worker gets a unit, a finished unit frees its
-configuration, a worker process that dies has its unit queued again and is
+The driver starts one worker per data partition (`replicas` per partition
+with --replicas), here or on a Dask cluster's nodes (channels.py), and runs
+the scheduler (schedule.py) epoch by epoch: an idle worker gets a unit of a
+partition it holds, a finished unit frees its configuration, a worker that
+dies (its process, or its whole node) has its unit queued again and is
 started anew (a new generation, reading its partition again). At each
 epoch's end every configuration's hopped state is committed onto its branch
 `runs/NAME-cII` with the epoch's metrics and visit order (`Mgit-Visits`),
@@ -18,12 +19,9 @@ recorded schedule has an order for.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,14 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
 from safetensors.torch import save_file
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage.api import Lineage
 from git_mgit.runtime.loading import load_state_dict
-from git_mgit.runtime.selection import hop, hyperband, worker
+from git_mgit.runtime.selection import channels, hop, hyperband
 from git_mgit.runtime.selection.schedule import (
     FixedScheduler,
     RandomScheduler,
@@ -50,7 +47,6 @@ from git_mgit.runtime.selection.unit import Task
 from git_mgit.runtime.training import layout, runs
 from git_mgit.runtime.training.storage import RunCommitter
 
-WORKER = "git_mgit.runtime.selection.worker"
 MAX_ATTEMPTS = 3  # a unit whose worker dies this often stops the run: the unit kills it
 _POLL = 0.005
 
@@ -87,10 +83,9 @@ class Config:
 @dataclass
 class Worker:
     index: int
+    partition: int  # the data partition it holds
     log: Path
     generation: int = -1
-    sent: int = 0  # tasks sent to this generation
-    process: subprocess.Popen | None = None
     unit: Unit | None = None
 
     @property
@@ -136,6 +131,8 @@ class Request:
     seed: int = 0
     orders: dict[tuple[int, int], list[int]] | None = None  # replay: (config, epoch) -> visits
     marks: dict[tuple[int, int], dict[str, Any]] | None = None  # replay: hyperband's, recorded
+    replicas: int = 1  # workers holding each partition
+    cluster: str | None = None  # a Dask scheduler's address ("": $DASK_SCHEDULER_ADDRESS)
 
 
 class Driver:
@@ -166,9 +163,18 @@ class Driver:
         self.plan: hyperband.Plan | None = None
         if req.search == "hyperband" and req.orders is None:
             self.plan = hyperband.Plan(hyperband.brackets(req.epochs, space.eta))
-        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-        self.threads = max(1, (os.cpu_count() or 1) // req.workers)
-        self.workers = [Worker(w, self.scratch / f"worker-{w}.log") for w in range(req.workers)]
+        self.partitions = req.workers
+        count = req.workers * req.replicas
+        self.threads = max(1, (os.cpu_count() or 1) // count)
+        self.workers = [
+            Worker(w, w % self.partitions, self.scratch / f"worker-{w}.log") for w in range(count)
+        ]
+        spec = channels.Spec(self.partitions, self.threads, space.functions, self.start_file)
+        self.channel: channels.Processes | channels.Nodes = (
+            channels.Processes(repo.worktree, spec)
+            if req.cluster is None
+            else channels.Nodes(repo, spec, req.cluster)
+        )
         self.events: list[str] = []
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="git-mgit-select-commit")
         self._pending: Future[None] | None = None
@@ -188,40 +194,12 @@ class Driver:
 
     def _spawn(self, w: Worker) -> None:
         w.generation += 1
-        w.sent, w.unit = 0, None
-        spec = {
-            "worker": w.index,
-            "generation": w.generation,
-            "partition": w.index,
-            "partitions": len(self.workers),
-            "host": "127.0.0.1",
-            "port": self.store.port,
-            "threads": self.threads,
-            "root": str(self.repo.worktree),
-            "functions": self.space.functions,
-        }
-        with open(w.log, "ab") as log:
-            w.process = subprocess.Popen(
-                [sys.executable, "-m", WORKER, json.dumps(spec)],
-                cwd=self.repo.worktree,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def _send(self, w: Worker, task: dict[str, Any] | None) -> None:
-        self.store.set(worker.key("task", w.index, w.generation, w.sent), json.dumps(task))
-        w.sent += 1
-
-    def _reply(self, w: Worker) -> dict[str, Any] | None:
-        done = worker.key("done", w.index, w.generation, w.sent - 1)
-        if not self.store.check([done]):
-            return None
-        return json.loads(self.store.get(done))
+        w.unit = None
+        self.channel.start(w.index, w.generation, w.partition, w.log)
 
     def _died(self, w: Worker, sched: Scheduler) -> None:
         """Queue the unit again, start the worker anew; stop if the unit keeps killing workers."""
-        code = w.process.returncode if w.process else None
+        why = self.channel.died(w.index)
         unit = w.unit
         what = "while idle"
         if unit is not None:
@@ -233,7 +211,7 @@ class Driver:
                     f"worker {w.index} died {MAX_ATTEMPTS} times training c{unit.config:02d} on "
                     f"partition {unit.partition}; its output: {w.log}"
                 )
-        event = f"worker {w.index} died (exit {code}) {what}; restarting it"
+        event = f"worker {w.index} died ({why}) {what}; restarting it"
         self.events.append(event)
         self.say(event)
         self._spawn(w)
@@ -247,8 +225,8 @@ class Driver:
                 c.values,
                 unit.epoch,
                 visit,
-                len(self.workers),
-                visit == len(self.workers) - 1,
+                self.partitions,
+                visit == self.partitions - 1,
                 str(c.state),
                 c.values["seed"],
                 self.start_file,
@@ -267,17 +245,13 @@ class Driver:
                 self._epoch(epoch, active)
                 self._commit(epoch, active)
             for w in self.workers:
-                self._send(w, None)
+                self.channel.send(w.index, None)
             self._wait_commits()
             for w in self.workers:
-                if w.process is not None:
-                    w.process.wait(timeout=60)
+                self.channel.finish(w.index)
         finally:
             self._committer.shutdown(wait=True)  # never leave a commit half made
-            for w in self.workers:
-                if w.process is not None and w.process.poll() is None:
-                    w.process.kill()
-                    w.process.wait()
+            self.channel.close()
         return Outcome(
             self.req.name,
             self.space,
@@ -300,9 +274,9 @@ class Driver:
         indices = [c.index for c in active]
         if self.req.orders is not None:
             orders = {i: self.req.orders[(i, epoch)] for i in indices}
-            return FixedScheduler(orders, len(self.workers), epoch)
+            return FixedScheduler(orders, self.partitions, epoch)
         rng = random.Random(f"{self.req.seed}/{epoch}")
-        return RandomScheduler(indices, len(self.workers), epoch, rng)
+        return RandomScheduler(indices, self.partitions, epoch, rng)
 
     def _epoch(self, epoch: int, active: list[Config]) -> None:
         sched = self._scheduler(epoch, active)
@@ -311,21 +285,20 @@ class Driver:
         while not sched.done:
             progressed = False
             for w in self.workers:
-                assert w.process is not None
                 if w.unit is not None:
-                    reply = self._reply(w)
+                    reply = self.channel.reply(w.index)
                     if reply is not None:
                         self._finished(w, sched, reply)
                         progressed = True
-                    elif w.process.poll() is not None:
+                    elif self.channel.died(w.index) is not None:
                         self._died(w, sched)
-                elif w.process.poll() is not None:
+                elif self.channel.died(w.index) is not None:
                     self._died(w, sched)
                 if w.unit is None:
-                    unit = sched.next_for(w.index)
+                    unit = sched.next_for(w.partition)
                     if unit is not None:
                         w.unit = unit
-                        self._send(w, self._task(unit))
+                        self.channel.send(w.index, self._task(unit))
                         progressed = True
             if not progressed:
                 time.sleep(_POLL)

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from git_mgit import hashing
 from git_mgit.errors import MgitError
@@ -234,6 +236,8 @@ def _topological(units: list[Unit], lin: Lineage) -> list[Unit]:
 class Outcome:
     made: dict[str, str] = field(default_factory=dict)  # old version -> new version
     resumed: int = 0  # versions found already committed by an earlier run
+    cluster: Any = None  # what the cluster did (execution.cluster.Stats), when on one
+    commit_seconds: float = 0.0  # the head's part: writing and committing what units made
 
 
 def _trailer(plan: Plan, old: str) -> str:
@@ -311,6 +315,7 @@ class _Cascade:
         return todo
 
     def commit(self, unit: Unit, members: list[Member], outputs: dict[str, str]) -> None:
+        began = time.monotonic()
         for m in members:
             state = read_tensors(outputs[m.name])
             if m.folder:
@@ -329,6 +334,7 @@ class _Cascade:
             self.renew[m.old] = version
             self.outcome.made[m.old] = version
             self.say(f"  {m.name}: {m.old[:10]} -> {version[:10]}")
+        self.outcome.commit_seconds += time.monotonic() - began
 
     def _commit_folder(self, unit: Unit, m: Member, state: dict) -> str:
         """A sharded folder, laid out as its old version, onto the branch: its new tree."""
@@ -396,6 +402,7 @@ class _Cascade:
                     finished.add(i)
                 elif failure is None:
                     failure = f"{unit.function} failed on {unit.label}: {answer['error']}"
+            self.outcome.cluster = getattr(pool, "stats", None)
         if failure is None and not remaining:
             shutil.rmtree(self.scratch, ignore_errors=True)
             return self.outcome

@@ -260,3 +260,19 @@ def demo_zoo(repo: Path, checkpoints: int = 2) -> Path:
         for name in ("nets", "train", "checks"):
             sys.modules.pop(name, None)
     return repo
+
+
+def plant_fp16_overflow(repo: Path, at: int = 7, steps: int = 12) -> list[str]:
+    """`steps` more versions of grand, the `at`-th with a bias float16 cannot hold (the T5
+    overflow bug the fp16 test catches): the versions, oldest first."""
+    from safetensors.torch import load_file
+
+    lin = Lineage(find_repo(repo))
+    path = repo / "models/grand.safetensors"
+    made = []
+    for step in range(steps):
+        state = {k: v * 1.01 for k, v in load_file(path).items()}
+        if step == at:
+            state["head.bias"] = state["head.bias"] + 70000
+        made.append(commit_model(state, path, f"grand step {step}", lineage=lin).version)
+    return made

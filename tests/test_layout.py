@@ -25,6 +25,21 @@ def test_filter_process_imports_neither_torch_nor_numpy(tmp_path) -> None:
     assert proc.stdout.strip() == "[]"
 
 
+def test_only_the_execution_layer_imports_the_cluster_engine(tmp_path) -> None:
+    """Dask is an optional extra: the core, the filters, the hooks and the runtime's commands
+    without --cluster never import it (the cluster backend imports it when it connects)."""
+    proc = run_python(
+        "import sys, git_mgit.cli, git_mgit.filters.mgit_filter, git_mgit.hooks, "
+        "git_mgit.lineage.api, git_mgit.runtime.testing, git_mgit.runtime.cascade, "
+        "git_mgit.runtime.bisecting, git_mgit.runtime.selection.driver, "
+        "git_mgit.runtime.execution.cluster, git_mgit.runtime.execution.node\n"
+        "print(sorted(m for m in ('distributed', 'dask') if m in sys.modules))",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize("name", ["filters", "hooks", "runtime"])
 def test_folders_are_only_importable_inside_the_namespace(tmp_path, name: str) -> None:
     assert run_python(f"import {name}", tmp_path).returncode != 0

@@ -24,7 +24,7 @@ from git_mgit.lineage.graph import PROVENANCE, VERSION
 from git_mgit.runtime import load_models
 from tests.gitsandbox import run_git
 from tests.mgitrepo import mgit
-from tests.runtime_repo import family, isolated_home, working_copy
+from tests.runtime_repo import family, isolated_home, plant_fp16_overflow, working_copy
 
 MODELS = ["ft-a", "ft-b", "grand", "head-x", "head-y", "pruned"]
 
@@ -127,14 +127,7 @@ def test_failing_and_raising_tests_and_unknown_model(repo: Path) -> None:
 
 
 def test_bisect_finds_the_planted_fp16_overflow(repo: Path) -> None:
-    lin = lineage(repo)
-    path = repo / "models/grand.safetensors"
-    made = []
-    for step in range(12):
-        state = {k: v * 1.01 for k, v in load_file(path).items()}
-        if step == 7:
-            state["head.bias"] = state["head.bias"] + 70000  # float16 cannot hold it
-        made.append(commit_model(state, path, f"grand step {step}", lineage=lin).version)
+    made = plant_fp16_overflow(repo)
     planted = made[7]
 
     found = json.loads(mgit("bisect", "--test", "fp16", "grand", "--json", cwd=repo).stdout)

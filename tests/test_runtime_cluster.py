@@ -19,12 +19,12 @@ from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import Lineage, commit_model
 from git_mgit.lineage.save import ModelFile, commit_files, record_lineage
 from git_mgit.runtime import targets
+from git_mgit.runtime.execution.localcluster import Cluster, cluster
 from git_mgit.runtime.testing import Runner
 from git_mgit.store.lookup import anchor_objects, anchor_tips
-from tests.dask_cluster import Cluster, cluster
 from tests.gitsandbox import run_git
 from tests.mgitrepo import mgit
-from tests.runtime_repo import family, isolated_home, working_copy
+from tests.runtime_repo import family, isolated_home, plant_fp16_overflow, working_copy
 
 SHARDED = "models/sharded"
 INDEX = "model.safetensors.index.json"
@@ -239,14 +239,7 @@ def test_cascade_on_the_cluster_is_bit_identical_to_the_local_one_sharded_folder
 def test_bisect_on_the_cluster_finds_the_same_culprit_in_fewer_rounds(
     repo: Path, dask: Cluster
 ) -> None:
-    lin = Lineage(find_repo(repo))
-    path = repo / "models/grand.safetensors"
-    made = []
-    for step in range(12):
-        state = {k: v * 1.01 for k, v in load_file(path).items()}
-        if step == 7:
-            state["head.bias"] = state["head.bias"] + 70000  # float16 cannot hold it
-        made.append(commit_model(state, path, f"grand step {step}", lineage=lin).version)
+    made = plant_fp16_overflow(repo)
     args = ("bisect", "--test", "fp16", "grand", "--json", "--cluster", dask.address)
     there = json.loads(mgit(*args, cwd=repo).stdout)
     assert there["first_bad"] == made[7]

@@ -28,11 +28,11 @@ import torch
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import Lineage
 from git_mgit.runtime import load_state_dict
+from git_mgit.runtime.execution.localcluster import Cluster, cluster
 from git_mgit.runtime.selection import hyperband
 from git_mgit.runtime.selection.schedule import FixedScheduler, RandomScheduler, Unit
 from git_mgit.runtime.selection.space import SpaceError, load
 from git_mgit.runtime.training import runs
-from tests.dask_cluster import Cluster, cluster
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo
 from tests.runtime_repo import isolated_home, working_copy
@@ -153,16 +153,18 @@ def test_hopped_configurations_equal_sequential_training_and_replay_exactly(
         replayed(repo, lin, f"s1-c{i:02d}", f"s2-c{i:02d}")
 
 
-def _workers(repo: Path) -> list[int]:
-    """Pids of this repository's selection workers."""
+def _selection_workers(repo: Path | None = None, parent: int | None = None) -> list[int]:
+    """Pids of selection worker processes running in `repo`, or started by process `parent`."""
     out = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             cwd = os.readlink(f"/proc/{pid}/cwd")
+            stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        if b"git_mgit.runtime.selection.worker" in cmd and cwd == str(repo):
+        ppid = int(stat.rpartition(")")[2].split()[1])
+        if b"git_mgit.runtime.selection.worker" in cmd and (cwd == str(repo) or ppid == parent):
             out.append(int(pid))
     return out
 
@@ -173,10 +175,10 @@ def test_a_killed_worker_is_restarted_and_every_unit_runs_once(
     repo = working_copy(workload, tmp_path)
     proc = select(repo, "--name", "k", "--json", "--seed", "3")
     deadline = time.monotonic() + 120
-    while len(_workers(repo)) < WORKERS and time.monotonic() < deadline:
+    while len(_selection_workers(repo)) < WORKERS and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(3)  # into the run: units are training
-    victim = _workers(repo)[0]
+    victim = _selection_workers(repo)[0]
     os.kill(victim, signal.SIGKILL)
     out, err = finish(proc)
     summary = json.loads(out)
@@ -229,21 +231,6 @@ def test_selection_on_two_nodes_equals_sequential_training_and_replays_here_exac
         replayed(repo, lin, f"n1-c{i:02d}", f"n2-c{i:02d}")
 
 
-def _node_workers(node_pid: int) -> list[int]:
-    """Selection worker processes a node started."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rpartition(")")[2].split()[1])
-        if b"git_mgit.runtime.selection.worker" in cmd and ppid == node_pid:
-            out.append(int(pid))
-    return out
-
-
 def test_a_node_killed_mid_selection_with_replicas_and_every_unit_runs_once(
     workload: Path, tmp_path: Path
 ) -> None:
@@ -252,7 +239,9 @@ def test_a_node_killed_mid_selection_with_replicas_and_every_unit_runs_once(
         proc = on_cluster(repo, c, "--name", "r", "--json", "--seed", "3", "--replicas", "2")
         deadline = time.monotonic() + 120
         victim = c.nodes[0]
-        while len(_node_workers(victim.process.pid)) < 2 and time.monotonic() < deadline:
+        while (
+            len(_selection_workers(parent=victim.process.pid)) < 2 and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         time.sleep(2)  # into the run: units are training
         c.kill(victim)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from git_mgit.errors import MgitError
 from git_mgit.lineage.api import Lineage
-from git_mgit.runtime.execution import shipping
+from git_mgit.runtime.execution import node, shipping
 from git_mgit.runtime.execution.base import Executor
 
 if TYPE_CHECKING:
@@ -163,9 +163,11 @@ class ClusterPool(Executor):
         packs = [self._pack(v) for v in j.shipment.packs]
         remote = None
         if j.shipment.remote:
-            remote = {"url": self.shipper.remote_url, "versions": j.shipment.remote}
-        from git_mgit.runtime.execution import node
-
+            remote = {
+                "url": self.shipper.remote_url,
+                "versions": j.shipment.remote,
+                "refs": j.shipment.refs,
+            }
         future = self.client.submit(
             node.run, j.task, self._digest, self._code, remote, packs, j.files,
             key=f"git-mgit-{j.task['kind']}-{uuid.uuid4().hex}", pure=False,

@@ -38,7 +38,6 @@ from git_mgit.gitcmd import find_repo, git, git_bytes
 from git_mgit.runtime.execution.local import Pool
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.transfer.fetch import fetch_versions
 
 _pools: dict[tuple[int, str], Pool] = {}
 _pools_lock = threading.Lock()
@@ -54,9 +53,10 @@ def run(
 ) -> dict:
     """Run one job here; its answer, with "node", "fetched" and "seconds" added.
 
-    `remote` is {"url": URL, "versions": {manifest version: text}} for objects to
-    fetch from the remote; `packs` are the head's packs; `files` the bytes of
-    models that are files on the head (a model no commit holds yet).
+    `remote` is {"url": URL, "versions": {manifest version: text}, "refs": {version
+    ref: commit}}: what to fetch from the remote, and for which versions; `packs` are
+    the head's packs; `files` the bytes of models that are files on the head (a model
+    no commit holds yet).
     """
     from distributed import get_worker
 
@@ -129,8 +129,6 @@ def unpack_code(home: Path, digest: str, code: bytes) -> Path:
 
 def _init(cache: Path) -> None:
     git("init", "-q", "--bare", str(cache))
-    for key, value in (("user.name", "git-mgit node"), ("user.email", "git-mgit@localhost")):
-        git("config", key, value, cwd=cache)
 
 
 def _size(cache: Path) -> int:
@@ -149,19 +147,27 @@ def _index(cache: Path, pack: dict) -> int:
 
 
 def _fetch(cache: Path, remote: dict) -> tuple[int, list[str]]:
-    """Fetch what the versions lack here from the remote: (bytes that came, versions still missing)."""
-    name = "r-" + uuid.uuid5(uuid.NAMESPACE_URL, remote["url"]).hex[:12]
-    if git("remote", "get-url", name, cwd=cache, check=False) != remote["url"]:
-        git("remote", "remove", name, cwd=cache, check=False)
-        git("remote", "add", name, remote["url"], cwd=cache)
-    wanted = {v: mf.parse(text.encode()) for v, text in remote["versions"].items()}
+    """One `git fetch` of the version refs the head named (those not here yet) from the
+    remote: (bytes that came, versions still incomplete)."""
+    repo = find_repo(cache)
+    have = repo.existing(remote["refs"].values())
+    specs = [f"+{commit}:{name}" for name, commit in remote["refs"].items() if commit not in have]
     before = _size(cache)
-    store = ChunkStore(find_repo(cache))
+    if specs:  # a failed fetch shows as versions still missing: the head then sends them
+        git_bytes(
+            "fetch", "--no-tags", "--no-write-fetch-head", "-q", remote["url"], *specs,
+            cwd=cache, check=False,
+        )  # fmt: skip
+    store = ChunkStore(repo)
     try:
-        out = fetch_versions(store, wanted, remote=name)
+        missing = [
+            v
+            for v, text in remote["versions"].items()
+            if store.missing([c.content_hash for c in mf.parse(text.encode()).chunks()])
+        ]
     finally:
         store.close()
-    return _size(cache) - before, list(out.missing)
+    return _size(cache) - before, missing
 
 
 def _localize(job: dict, cache: str, scratch: Path, files: dict[str, bytes]) -> dict:

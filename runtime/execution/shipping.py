@@ -8,8 +8,10 @@ A node has no clone of the repository. It gets:
 - **each model as its manifests** (text, a few hundred bytes per tensor):
   the job names versions, the node needs their tensor objects;
 - **where the objects are**: versions the repository's remote holds are
-  fetched by the node from the remote, on demand and for those versions only
-  (transfer.fetch, as a partial clone does); a version the remote lacks
+  fetched by the node from the remote, for those versions only: the head
+  lists the remote's version refs once and names the refs each job needs
+  (a version's, and its delta bases'), so a node runs one `git fetch` of
+  exactly those, no listing and no lineage notes; a version the remote lacks
   (a cascade's fresh parents, anything not pushed) comes from the head as a
   git pack of just the objects its chunks read, with their delta bases.
 """
@@ -78,6 +80,7 @@ class Shipment:
     """How a node gets one job's models: manifests by version, and where their objects are."""
 
     remote: dict[str, str] = field(default_factory=dict)  # manifest version -> its text
+    refs: dict[str, str] = field(default_factory=dict)  # the remote's version refs they need
     packs: list[str] = field(default_factory=list)  # head-made packs, by manifest version
 
 
@@ -103,6 +106,8 @@ class Shipper:
             vid = version_id(m.render())
             if self.remote_url and vid not in self.from_head and self.published.holds(vid):
                 shipment.remote[vid] = text
+                for ref in self.published.closure([vid], lambda _: False):
+                    shipment.refs[ref.name] = ref.commit
             else:
                 shipment.packs.append(vid)
             out[rel] = text

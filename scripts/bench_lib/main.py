@@ -28,6 +28,7 @@ import planning
 import query_bench
 import replay_bench
 import report
+import scaleout_bench
 import selection_bench
 import training
 import tune_bench
@@ -89,6 +90,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="only the model selection and tuning section (MOP against task and data "
         "parallelism, tune against its kept setting from the start; about 3.5 minutes, "
         "--quick under 2)",
+    )
+    p.add_argument(
+        "--scaleout-only",
+        action="store_true",
+        help="only the runtime scale-out section: test and cascade over a 33-model zoo on "
+        "local worker processes against a 2-node Dask cluster on this machine (about 3 "
+        "minutes, --quick 1)",
     )
     p.add_argument(
         "--history-only",
@@ -180,6 +188,12 @@ def _selection_only(args: argparse.Namespace, scratch: Path) -> int:
     data = _selection(scratch, isolated_env(scratch), args.quick)
     checks = report.selection_targets(data)
     return _section_only(args, "selection", data, report.selection_table(data), checks)
+
+
+def _scaleout_only(args: argparse.Namespace, scratch: Path) -> int:
+    data = scaleout_bench.bench(scratch, isolated_env(scratch), args.quick)
+    checks = report.scaleout_targets(data)
+    return _section_only(args, "scaleout", data, report.scaleout_table(data), checks)
 
 
 def _history_only(args: argparse.Namespace, scratch: Path) -> int:
@@ -276,7 +290,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
 def _later_sections(
     args: argparse.Namespace, ctx: Context, data: Path, results: dict[str, object]
 ) -> None:
-    """Every section after the storage core: lineage, queries, planning, training, selection."""
+    """Every section after the storage core: lineage, queries, planning, training, selection,
+    the runtime's scale-out."""
     scratch = ctx.scratch
     results["lineage"] = lineage_graph.bench(scratch, ctx.env)
     results["query"] = query_bench.bench(scratch, ctx.env)
@@ -285,6 +300,7 @@ def _later_sections(
     )
     results["checkpointing"] = _training(scratch, ctx.env, args.quick)
     results["selection"] = _selection(scratch, ctx.env, args.quick)
+    results["scaleout"] = scaleout_bench.bench(scratch, ctx.env, args.quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             return _training_only(args, scratch)
         if args.selection_only:
             return _selection_only(args, scratch)
+        if args.scaleout_only:
+            return _scaleout_only(args, scratch)
         if args.history_only:
             return _history_only(args, scratch)
         if args.large_only:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import scaleout_bench
 import tune_bench
 from tools import LFS, MGIT, PASSTHROUGH
 
@@ -196,6 +197,8 @@ def targets(results: dict[str, Any]) -> list[Target]:
         out += checkpointing_targets(results["checkpointing"])
     if "selection" in results:
         out += selection_targets(results["selection"])
+    if "scaleout" in results:
+        out += scaleout_targets(results["scaleout"])
     return out
 
 
@@ -507,6 +510,17 @@ def selection_table(data: dict[str, Any]) -> str:
     return out
 
 
+def scaleout_table(data: dict[str, Any]) -> str:
+    """The runtime scale-out section: test and cascade, local processes against a cluster."""
+    return "## runtime scale-out: local worker processes against a 2-node Dask cluster\n\n" + (
+        scaleout_bench.table(data)
+    )
+
+
+def scaleout_targets(data: dict[str, Any]) -> list[Target]:
+    return [Target(*t) for t in scaleout_bench.targets(data)]
+
+
 def selection_targets(data: dict[str, Any]) -> list[Target]:
     """The model selection section's targets."""
     tune = [Target(*t) for t in tune_bench.targets(data["tune"])] if "tune" in data else []
@@ -735,6 +749,8 @@ def render(results: dict[str, Any], checks: list[Target]) -> str:
         parts += [checkpointing_table(results["checkpointing"]), ""]
     if "selection" in results:
         parts += [selection_table(results["selection"]), ""]
+    if "scaleout" in results:
+        parts += [scaleout_table(results["scaleout"]), ""]
     parts += ["", "## Targets", ""]
     parts += [check.line() for check in checks]
     return "\n".join(parts)

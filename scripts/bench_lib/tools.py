@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,3 +158,31 @@ class BenchRepo:
     def remove(self) -> None:
         shutil.rmtree(self.path)
         self._rss_log.unlink(missing_ok=True)
+
+
+def run_alone(
+    doc: str,
+    bench: Callable[[Path, dict[str, str], bool], dict],
+    table: Callable[[dict], str],
+    targets: Callable[[dict], list[tuple[str, bool, str]]],
+) -> int:
+    """A bench section run on its own (`python scripts/bench_lib/X.py [--quick] [--json]`):
+    its table and targets, or its raw results."""
+    import argparse
+    import json
+    import tempfile
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one run each, not the median")
+    parser.add_argument("--json", action="store_true", help="the raw results as JSON")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        scratch = Path(tmp)
+        result = bench(scratch, isolated_env(scratch), args.quick)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return 0
+    print(table(result))
+    for name, passed, measured in targets(result):
+        print(f"{'PASS' if passed else 'FAIL'}  {name}: {measured}")
+    return 0

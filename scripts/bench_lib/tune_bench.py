@@ -24,19 +24,17 @@ trials held. Runs use one torch thread (the model is tiny).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from phases import log
-from tools import MGIT, BenchRepo, isolated_env
+from tools import MGIT, BenchRepo, run_alone
 
 from git_mgit.columns import aligned
 
@@ -191,23 +189,6 @@ def targets(result: dict) -> list[tuple[str, bool, str]]:
     ]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one run each, not the median of 3")
-    parser.add_argument("--json", action="store_true", help="the raw results as JSON")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="tune-bench-") as tmp:
-        scratch = Path(tmp)
-        result = bench(scratch, isolated_env(scratch), args.quick)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    print(table(result))
-    for name, passed, measured in targets(result):
-        print(f"{'PASS' if passed else 'FAIL'}  {name}: {measured}")
-    return 0
-
-
 if __name__ == "__main__":
     os.environ.setdefault("GIT_MGIT_NO_PROGRESS", "1")
-    sys.exit(main())
+    sys.exit(run_alone(__doc__, bench, table, targets))

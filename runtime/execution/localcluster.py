@@ -1,4 +1,9 @@
-"""A real Dask cluster on this machine for tests: a scheduler and N worker nodes on loopback.
+"""A Dask cluster on this machine: a scheduler and N worker nodes, all on loopback.
+
+For trying `--cluster` without one, and for the tests and the benchmark:
+
+    python -m git_mgit.runtime.execution.localcluster --nodes 2 /tmp/cluster
+    # prints the scheduler's address; Ctrl-C stops it all
 
 Every process binds 127.0.0.1 only (the scheduler, each worker, and their
 HTTP servers), and each node runs in a folder of its own (its working and
@@ -17,11 +22,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DASK = str(Path(sys.executable).parent / "dask")
+DASK = [sys.executable, "-m", "dask"]  # the dask command of this Python
 LOOPBACK = ["--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]
 
 
@@ -46,7 +51,7 @@ class Cluster:
         folder.mkdir()
         with open(folder / "worker.log", "wb") as log:  # the process has its own copy
             proc = subprocess.Popen(
-                [DASK, "worker", self.address, *LOOPBACK, "--nthreads", str(threads),
+                [*DASK, "worker", self.address, *LOOPBACK, "--nthreads", str(threads),
                  "--no-nanny", "--local-directory", str(folder), "--name", folder.name],
                 cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, **self.env},
@@ -95,7 +100,7 @@ def cluster(
     info = folder / "scheduler.json"
     with open(folder / "scheduler.log", "wb") as log:  # the process has its own copy
         sched = subprocess.Popen(
-            [DASK, "scheduler", *LOOPBACK, "--port", "0", "--scheduler-file", str(info)],
+            [*DASK, "scheduler", *LOOPBACK, "--port", "0", "--scheduler-file", str(info)],
             cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     deadline = time.monotonic() + 60
@@ -111,3 +116,22 @@ def cluster(
         yield c
     finally:
         c.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="where the nodes' folders and logs go")
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="worker threads per node")
+    args = parser.parse_args(argv)
+    with cluster(args.folder, args.nodes, args.threads) as c:
+        print(c.address, flush=True)
+        with suppress(KeyboardInterrupt):
+            c.scheduler.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

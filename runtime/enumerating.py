@@ -91,7 +91,13 @@ def grid(candidates: list[Candidate], evaluate: Evaluator) -> list[Scored]:
 SEARCHES: dict[str, Search] = {"grid": grid}
 
 
-def evaluate(catalog: Catalog, query: s.Evaluate, jobs: int = 1, dry_run: bool = False) -> Result:
+def evaluate(
+    catalog: Catalog,
+    query: s.Evaluate,
+    jobs: int | None = 1,
+    dry_run: bool = False,
+    cluster: str | None = None,
+) -> Result:
     lin = catalog.lin
     if lin.repo.worktree is None:
         raise MgitError("evaluate runs creation functions: it needs a working tree")
@@ -116,7 +122,7 @@ def evaluate(catalog: Catalog, query: s.Evaluate, jobs: int = 1, dry_run: bool =
         return _result(query, [Scored(c) for c in candidates], [], places, {}, planned=True)
     scratch = lin.repo.mgit_dir / "query" / hashlib.sha1(query.text.encode()).hexdigest()[:12]
     scratch.mkdir(parents=True, exist_ok=True)
-    runner = Runner(lin, jobs)
+    runner = Runner(lin, jobs, cluster)
     try:
         trial = _Trial(lin, runner, test, scratch)
         scored = search(candidates, trial.run)

@@ -26,6 +26,7 @@ from git_mgit.dql.parse import canonical, parse
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import Lineage, commit_model
 from git_mgit.lineage.graph import PROVENANCE
+from git_mgit.runtime.execution.localcluster import cluster
 from tests.gitsandbox import Remote, clone, rev_parse, run_git
 from tests.mgitrepo import mgit, status_porcelain
 from tests.runtime_repo import demo_zoo, isolated_home, working_copy
@@ -131,6 +132,20 @@ def test_modelhub_query_3_constructs_serving_models(repo: Path) -> None:
             head(repo, f"zoo/{name}.safetensors"),
             head(repo, "zoo/ft-b.safetensors"),
         }
+
+
+def test_evaluate_on_a_two_node_cluster_keeps_and_makes_what_the_local_backend_does(
+    template: Path, tmp_path: Path
+) -> None:
+    here, there = working_copy(template, tmp_path / "a"), working_copy(template, tmp_path / "b")
+    local = query(here, modelhub(4), jobs=2)
+    with cluster(tmp_path / "cluster") as c:
+        remote = query(there, modelhub(4), cluster=c.address)
+        assert any(c.cache(n).is_dir() for n in c.nodes)  # the nodes made and tested them
+    assert remote.rows == local.rows  # the same candidates, metrics, ranks and kept versions
+    for r in (r for r in remote if r["kept"]):
+        assert load_file(there / r["path"]).keys() == load_file(here / r["path"]).keys()
+        assert sha256(there / r["path"]) == sha256(here / r["path"])
 
 
 def test_modelhub_query_4_and_every_derived_model_byte_identical_on_a_clone(

@@ -1,6 +1,6 @@
 """`--cluster [ADDRESS]` and `--jobs`: where the runtime commands run their jobs.
 
-Not a subcommand: the options shared by test, bisect, cascade and select
+Not a subcommand: the options shared by test, bisect, cascade, query and select
 (docs/runtime.md, "Running on a cluster").
 """
 

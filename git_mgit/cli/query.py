@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from git_mgit.cli import cluster_option
 from git_mgit.errors import MgitError
 
 
@@ -29,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="slice, construct, evaluate: check and show what would be made, make nothing",
     )
-    parser.add_argument("--jobs", "-j", type=int, default=1, help="worker processes (evaluate)")
+    cluster_option.add(parser, "candidates made and tested at once (evaluate)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
     else:
         text = args.query
-    result = query(text, jobs=args.jobs, dry_run=args.dry_run)
+    result = query(text, jobs=args.jobs, dry_run=args.dry_run, cluster=args.cluster)
     for note in result.notes:
         print(f"git-mgit: note: {note}", file=sys.stderr)
     if args.json:

@@ -34,12 +34,14 @@ __all__ = ["Pos", "QueryError", "Result", "query"]
 def query(
     text: str,
     repo: str | os.PathLike[str] | None = None,
-    jobs: int = 1,
+    jobs: int | None = 1,
     dry_run: bool = False,
+    cluster: str | None = None,
 ) -> Result:
     """Run one query on the repository at `repo` (default: around the current directory).
 
-    `jobs`: worker processes for evaluate; `dry_run`: check and show what slice,
+    `jobs`: worker processes for evaluate (on the Dask cluster at `cluster`, when
+    given: docs/runtime.md); `dry_run`: check and show what slice,
     construct or evaluate would make, and make nothing. Raises QueryError
     (pointing at the query text) or another MgitError.
     """
@@ -47,4 +49,4 @@ def query(
     from git_mgit.gitcmd import find_repo
     from git_mgit.lineage.api import Lineage
 
-    return run(text, Lineage(find_repo(repo)), jobs=jobs, dry_run=dry_run)
+    return run(text, Lineage(find_repo(repo)), jobs=jobs, dry_run=dry_run, cluster=cluster)

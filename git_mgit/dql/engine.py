@@ -23,24 +23,32 @@ from git_mgit.lineage.api import Lineage
 MODEL_COLUMNS = ("name", "id", "path", "type", "time")
 
 
-def run(text: str, lineage: Lineage | None = None, jobs: int = 1, dry_run: bool = False) -> Result:
+def run(
+    text: str,
+    lineage: Lineage | None = None,
+    jobs: int | None = 1,
+    dry_run: bool = False,
+    cluster: str | None = None,
+) -> Result:
     """Parse and run one query against the repository around the current directory
     (or `lineage`'s); QueryError, pointing at the query text, when it cannot."""
     query = parse(text)
     lin = lineage or Lineage()
     try:
-        return _run(query, Catalog(lin), jobs, dry_run)
+        return _run(query, Catalog(lin), jobs, dry_run, cluster)
     except QueryError as exc:
         raise exc.within(text) from None
 
 
-def _run(query: s.Query, catalog: Catalog, jobs: int, dry_run: bool) -> Result:
+def _run(
+    query: s.Query, catalog: Catalog, jobs: int | None, dry_run: bool, cluster: str | None
+) -> Result:
     if isinstance(query, s.Select):
         return _select(catalog, query)
     if isinstance(query, s.Evaluate):
         from git_mgit.runtime.enumerating import evaluate
 
-        return evaluate(catalog, query, jobs, dry_run)
+        return evaluate(catalog, query, jobs, dry_run, cluster)
     what = "slice" if isinstance(query, s.Slice) else "construct"
     plans = derive.plan(catalog, query, planner.select(catalog, query.scope))
     columns = [("source", vals.TEXT), ("path", vals.TEXT), ("name", vals.TEXT)]

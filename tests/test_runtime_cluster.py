@@ -186,6 +186,26 @@ def test_tests_on_two_nodes_match_the_local_backend_and_fetch_only_their_version
         assert not held & others
 
 
+def test_versions_the_remote_no_longer_serves_come_from_the_head(
+    repo: Path, tmp_path: Path, dask: Cluster
+) -> None:
+    lin = Lineage(find_repo(repo))
+    runner = Runner(lin, None, dask.address)
+    try:
+        pool = runner.pool  # it listed the remote's versions: every one is there
+        assert pool.shipper.published.refs()
+        (tmp_path / "a" / "remote.git").rename(tmp_path / "gone.git")  # the nodes' fetch fails
+        chosen = [t for t in targets.at_revision(lin, "HEAD") if t.model in ("ft-a", "grand")]
+        test = runner.tests("accuracy")
+        results = runner.run([(t, test[0]) for t in chosen], rerun=True)
+        stats = pool.stats
+    finally:
+        runner.close()
+    assert all(r.verdict[0] == "pass" for r in results), [r.error for r in results]
+    assert sum(stats.jobs.values()) == 2  # each job answered once, after going back once
+    assert sum(stats.remote.values()) == 0 and sum(stats.head.values()) > 0
+
+
 # -- git mgit cascade ------------------------------------------------------------------------
 
 

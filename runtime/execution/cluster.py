@@ -186,10 +186,10 @@ class ClusterPool(Executor):
             future = next(self._done)
             j = self._running.pop(future.key)
             if future.status != "finished":
-                exc = future.exception()
-                return j.handle, {"ok": False, "error": f"the cluster failed the job: {exc!r}"}
+                why = f"{type(future.exception()).__name__}: {_first_line(future.exception())}"
+                return j.handle, {"ok": False, "error": f"the cluster failed the job ({why})"}
             answer = future.result()
-            self._count(answer, j)
+            self._count(answer, j, answered=not answer.get("missing"))
             if answer.get("missing"):
                 # The remote lacked them after all: send them from here, once.
                 self.shipper.from_head.update(answer["missing"])
@@ -201,10 +201,13 @@ class ClusterPool(Executor):
                     Path(j.original["outputs"][name]).write_bytes(data)
             return j.handle, answer
 
-    def _count(self, answer: dict, j: _Job) -> None:
+    def _count(self, answer: dict, j: _Job, answered: bool) -> None:
+        """Add what a node did; a job it sends back (its remote lacked a version) is not one
+        it answered, though the bytes it fetched on the way count."""
         node = answer.get("node", "?")
-        self.stats.jobs[node] += 1
-        self.stats.given.setdefault(node, set()).update(j.versions)
+        if answered:
+            self.stats.jobs[node] += 1
+            self.stats.given.setdefault(node, set()).update(j.versions)
         fetched = answer.get("fetched", {})
         self.stats.remote[node] += fetched.get("remote", 0)
         self.stats.head[node] += fetched.get("head", 0)

@@ -42,7 +42,13 @@ from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.graph import PROVENANCE, VERSION
 from git_mgit.lineage.records import QUERY_FUNCTION
 from git_mgit.lineage.resolve import Version
-from git_mgit.lineage.save import commit_files, commit_model, record_lineage
+from git_mgit.lineage.save import (
+    ModelFile,
+    commit_files,
+    lineage_records,
+    record_lineage,
+    record_many,
+)
 from git_mgit.runtime import reshard
 from git_mgit.runtime.execution import open_pool
 from git_mgit.runtime.loading import read_tensors
@@ -252,7 +258,8 @@ def _committed(lin: Lineage, plan: Plan) -> dict[str, tuple[str, str]]:
     fmt = f"%H%x1f%(trailers:key={TRAILER},valueonly,separator=%x1e)"
     paths = {m.old: m.path for u in plan.units for m in u.members}
     out: dict[str, tuple[str, str]] = {}
-    for line in lin.repo.git("log", f"--format={fmt}", ref).splitlines():
+    # split("\n"), not splitlines(): that also splits at the \x1e between trailers
+    for line in lin.repo.git("log", f"--format={fmt}", ref).split("\n"):
         commit, _, values = line.partition("\x1f")
         for value in filter(None, values.split("\x1e")):
             cid, _, old = value.strip().partition(" ")
@@ -279,13 +286,22 @@ class _Cascade:
     def new_parents(self, unit: Unit) -> list[str]:
         return [self.renew.get(p, p) for p in unit.parents]
 
-    def message(self, unit: Unit, member: Member) -> str:
-        parents = ", ".join(target(self.lin, p).label for p in self.new_parents(unit))
-        return (
-            f"cascade: re-derive {member.name} from {parents}\n\n"
-            f"{unit.function} on the new version of {self.plan.old.path or 'the model'}.\n\n"
-            f"{_trailer(self.plan, member.old)}\n"
-        )
+    def message(self, made: list[tuple[Unit, Member]]) -> str:
+        """The commit message of members re-derived together: each one's parents and function,
+        then one trailer per member (how a rerun finds them)."""
+
+        def parents(unit: Unit) -> str:
+            return ", ".join(target(self.lin, p).label for p in self.new_parents(unit))
+
+        trailers = "".join(f"{_trailer(self.plan, m.old)}\n" for _, m in made)
+        if len(made) == 1:
+            (unit, m), what = made[0], self.plan.old.path or "the model"
+            return (
+                f"cascade: re-derive {m.name} from {parents(unit)}\n\n"
+                f"{unit.function} on the new version of {what}.\n\n{trailers}"
+            )
+        lines = "".join(f"{m.name} from {parents(u)} by {u.function}\n" for u, m in made)
+        return f"cascade: re-derive {len(made)} models\n\n{lines}\n{trailers}"
 
     def resume(self, unit: Unit, done: dict[str, tuple[str, str]]) -> list[Member]:
         """Take the members an earlier run committed (repairing cut-off records); the rest."""
@@ -314,40 +330,39 @@ class _Cascade:
                 )
         return todo
 
-    def commit(self, unit: Unit, members: list[Member], outputs: dict[str, str]) -> None:
+    def commit(self, finished: list[tuple[Unit, list[Member], dict[str, str]]]) -> None:
+        """What units made, in one commit onto the branch and one lineage write: the units
+        that finished while the last commit was made go together, so the head's part does
+        not grow with the jobs that finish at once. A folder is laid out as its old version."""
         began = time.monotonic()
-        for m in members:
-            state = read_tensors(outputs[m.name])
-            if m.folder:
-                version = self._commit_folder(unit, m, state)
-            else:
-                version = commit_model(
-                    state,
-                    self.root / m.path,
-                    message=self.message(unit, m),
-                    parents=self.new_parents(unit),
-                    function=unit.function,
-                    previous=m.old,
-                    lineage=self.lin,
-                    branch=self.plan.branch,
-                ).version
+        repo = self.lin.repo
+        files: list[ModelFile] = []
+        plain: dict[str, bytes] = {}
+        made = [(unit, m) for unit, members, _ in finished for m in members]
+        for _, members, outputs in finished:
+            for m in members:
+                state = read_tensors(outputs[m.name])
+                if m.folder:
+                    shards, index = reshard.like(repo, m.old, m.path, state)
+                    files += shards
+                    plain |= index
+                else:
+                    files.append(ModelFile(m.path, state))
+        commit, blobs = commit_files(repo, files, self.message(made), self.plan.branch, plain)
+        code = repo.git("rev-parse", f"{commit}^")
+        changes = {}
+        for unit, m in made:
+            version = repo.git("rev-parse", f"{commit}:{m.path}") if m.folder else blobs[m.path]
+            parents = [self.lin.resolve(p) for p in self.new_parents(unit)]
+            kind = "folder" if m.folder else "file"
+            changes[version] = lineage_records(
+                m.path, parents, unit.function, code, m.old, kind=kind
+            )
             self.renew[m.old] = version
             self.outcome.made[m.old] = version
             self.say(f"  {m.name}: {m.old[:10]} -> {version[:10]}")
+        record_many(self.lin, changes, f"cascade {self.plan.cid}: {len(made)} version(s)")
         self.outcome.commit_seconds += time.monotonic() - began
-
-    def _commit_folder(self, unit: Unit, m: Member, state: dict) -> str:
-        """A sharded folder, laid out as its old version, onto the branch: its new tree."""
-        repo = self.lin.repo
-        files, plain = reshard.like(repo, m.old, m.path, state)
-        commit, _ = commit_files(repo, files, self.message(unit, m), self.plan.branch, plain)
-        version = repo.git("rev-parse", f"{commit}:{m.path}")
-        parents = [self.lin.resolve(p) for p in self.new_parents(unit)]
-        code = repo.git("rev-parse", f"{commit}^")
-        record_lineage(
-            self.lin, version, m.path, parents, unit.function, code, m.old, kind="folder"
-        )
-        return version
 
     def job(self, unit: Unit) -> tuple[dict, dict[str, str]]:
         """The worker job that makes every member of the unit, and where each lands."""
@@ -394,14 +409,17 @@ class _Cascade:
                     self.say(f"re-deriving {unit.label} with {unit.function}")
                 if not running:
                     break
-                i, answer = pool.next_done()
-                outputs = running.pop(i)
-                unit = plan.units[i]
-                if answer["ok"]:
-                    self.commit(unit, remaining.pop(i), outputs)
-                    finished.add(i)
-                elif failure is None:
-                    failure = f"{unit.function} failed on {unit.label}: {answer['error']}"
+                succeeded = []
+                for i, answer in [pool.next_done(), *pool.ready()]:
+                    outputs = running.pop(i)
+                    unit = plan.units[i]
+                    if answer["ok"]:
+                        succeeded.append((unit, remaining.pop(i), outputs))
+                        finished.add(i)
+                    elif failure is None:
+                        failure = f"{unit.function} failed on {unit.label}: {answer['error']}"
+                if succeeded:
+                    self.commit(succeeded)
             self.outcome.cluster = getattr(pool, "stats", None)
         if failure is None and not remaining:
             shutil.rmtree(self.scratch, ignore_errors=True)

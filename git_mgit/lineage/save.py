@@ -306,6 +306,22 @@ def record_lineage(
     (JSON values) say how it was made beyond its edges, such as the schedule
     of the selection or tuning run that trained it.
     """
+    recs = lineage_records(rel, parents, function, code, previous, name, type, kind, details)
+    record_many(lin, {version: recs}, f"save {rel}")
+
+
+def lineage_records(
+    rel: str,
+    parents: Sequence[Version],
+    function: str | None,
+    code: str | None,
+    previous: str | None = None,
+    name: str | None = None,
+    type: str | None = None,
+    kind: str = "file",
+    details: Mapping[str, object] | None = None,
+) -> list[records.Record]:
+    """record_lineage's records of one version, for writing several versions' at once."""
     node = records.make(
         "node", name=name, path=rel, type=type, model_kind=kind, details=dict(details or {}) or None
     )
@@ -318,5 +334,10 @@ def record_lineage(
         )
     if previous is not None:
         recs.append(records.make("version", previous=previous))
-    lin._write({version: recs}, f"save {rel}")
+    return recs
+
+
+def record_many(lin: Lineage, changes: Mapping[str, list[records.Record]], message: str) -> None:
+    """Several versions' records (version -> lineage_records) in one notes commit."""
+    lin._write(dict(changes), message)
     lin.reload()

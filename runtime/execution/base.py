@@ -28,6 +28,10 @@ class Executor:
         """(handle, answer) of the next job that finishes."""
         raise NotImplementedError
 
+    def ready(self) -> list[tuple[Any, dict]]:
+        """(handle, answer) of every job that has finished by now, without waiting."""
+        raise NotImplementedError
+
     def close(self) -> None:
         raise NotImplementedError
 

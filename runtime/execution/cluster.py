@@ -21,6 +21,7 @@ import os
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 ADDRESS_VARIABLE = "DASK_SCHEDULER_ADDRESS"  # Dask's own: dask.config's scheduler-address
 TIMEOUT = float(os.environ.get("GIT_MGIT_CLUSTER_TIMEOUT", "10"))
+LOST_TRIES = 3  # a job whose inputs die with nodes more often than this fails
 
 
 class ClusterUnreachable(MgitError):
@@ -81,6 +83,27 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
+class Kept:
+    """Data the head sends to the cluster once and the nodes read from there (the code, a
+    version's pack); sent again, made anew by `make`, when the nodes holding it have died.
+
+    Dask keeps scattered data only on the workers that hold it: a task that needs it after
+    they are gone is cancelled ("lost dependencies"), so every use asks for the future here.
+    """
+
+    def __init__(self, client: Client, make: Callable[[], object], broadcast: bool = False):
+        self.client, self.make, self.broadcast = client, make, broadcast
+        self._future: Future | None = None
+
+    def future(self) -> Future:
+        if self._future is None or self._future.status != "finished":
+            # In a list: Dask scatters a dict's values one by one, under its keys.
+            (self._future,) = self.client.scatter(
+                [self.make()], broadcast=self.broadcast, hash=False
+            )
+        return self._future
+
+
 @dataclass
 class Stats:
     """What the cluster did, for the closing line and the benchmark."""
@@ -91,6 +114,7 @@ class Stats:
     prepare: float = 0.0  # seconds nodes spent unpacking code and fetching objects
     run: float = 0.0  # seconds nodes spent in worker processes
     given: dict[str, set[str]] = field(default_factory=dict)  # node -> versions its jobs named
+    requeued: int = 0  # jobs sent again because what they needed died with a node
 
     def summary(self) -> str:
         from git_mgit.progress import format_size
@@ -109,6 +133,7 @@ class _Job:
     task: dict  # as a node gets it (manifests, shipped files)
     shipment: shipping.Shipment
     files: dict[str, bytes]
+    tries: int = 0  # times its inputs died with nodes
 
     @property
     def versions(self) -> set[str]:
@@ -128,12 +153,12 @@ class ClusterPool(Executor):
             self.size = max(1, size or threads)
             code = shipping.code(lin.repo)
             self._digest = code.digest
-            self._code = self.client.scatter(code.data, hash=False)
+            self._code = Kept(self.client, lambda: code.data, broadcast=True)
             self.shipper = shipping.Shipper(lin)
         except BaseException:
             self.client.close()
             raise
-        self._packs: dict[str, Future] = {}
+        self._packs: dict[str, Kept] = {}
         self._running: dict[str, _Job] = {}  # by task key
         self._done = as_completed(loop=self.client.loop)
         self.stats = Stats()
@@ -141,7 +166,7 @@ class ClusterPool(Executor):
     def idle(self) -> bool:
         return len(self._running) < self.size
 
-    def submit(self, handle: Any, job: dict) -> None:
+    def submit(self, handle: Any, job: dict, tries: int = 0) -> None:
         shipment = shipping.Shipment()
         files: dict[str, bytes] = {}
         task = dict(job)
@@ -149,7 +174,7 @@ class ClusterPool(Executor):
             task["model"] = self._model(job["model"], shipment, files)
         if "parents" in job:
             task["parents"] = [self._model(p, shipment, files) for p in job["parents"]]
-        self._start(_Job(handle, job, task, shipment, files))
+        self._start(_Job(handle, job, task, shipment, files, tries))
 
     def _model(self, spec: dict, shipment: shipping.Shipment, files: dict[str, bytes]) -> dict:
         out = {"architecture": spec.get("architecture")}
@@ -169,7 +194,7 @@ class ClusterPool(Executor):
                 "refs": j.shipment.refs,
             }
         future = self.client.submit(
-            node.run, j.task, self._digest, self._code, remote, packs, j.files,
+            node.run, j.task, self._digest, self._code.future(), remote, packs, j.files,
             key=f"git-mgit-{j.task['kind']}-{uuid.uuid4().hex}", pure=False,
         )  # fmt: skip
         self._running[future.key] = j
@@ -177,29 +202,46 @@ class ClusterPool(Executor):
 
     def _pack(self, vid: str) -> Future:
         if vid not in self._packs:
-            # In a list: Dask scatters a dict's values one by one, under its keys.
-            (self._packs[vid],) = self.client.scatter([self.shipper.pack(vid)], hash=False)
-        return self._packs[vid]
+            self._packs[vid] = Kept(self.client, lambda: self.shipper.pack(vid))
+        return self._packs[vid].future()
 
     def next_done(self) -> tuple[Any, dict]:
         while True:
-            future = next(self._done)
-            j = self._running.pop(future.key)
-            if future.status != "finished":
-                why = f"{type(future.exception()).__name__}: {_first_line(future.exception())}"
-                return j.handle, {"ok": False, "error": f"the cluster failed the job ({why})"}
-            answer = future.result()
-            self._count(answer, j, answered=not answer.get("missing"))
-            if answer.get("missing"):
-                # The remote lacked them after all: send them from here, once.
-                self.shipper.from_head.update(answer["missing"])
-                self.submit(j.handle, j.original)
-                continue
-            outputs = answer.pop("outputs", None)
-            if outputs:
-                for name, data in outputs.items():
-                    Path(j.original["outputs"][name]).write_bytes(data)
-            return j.handle, answer
+            got = self._take(next(self._done))
+            if got is not None:
+                return got
+
+    def ready(self) -> list[tuple[Any, dict]]:
+        out = []
+        while self._done.has_ready():
+            got = self._take(next(self._done))
+            if got is not None:
+                out.append(got)
+        return out
+
+    def _take(self, future: Future) -> tuple[Any, dict] | None:
+        """The caller's (handle, answer) for a finished task; None when the job went out again:
+        with the head's packs (the remote lacked a version after all), or after what it needed
+        died with the nodes holding it (sent again too)."""
+        j = self._running.pop(future.key)
+        if future.status == "cancelled" and j.tries < LOST_TRIES:
+            self.stats.requeued += 1
+            self.submit(j.handle, j.original, j.tries + 1)
+            return None
+        if future.status != "finished":
+            why = f"{type(future.exception()).__name__}: {_first_line(future.exception())}"
+            return j.handle, {"ok": False, "error": f"the cluster failed the job ({why})"}
+        answer = future.result()
+        self._count(answer, j, answered=not answer.get("missing"))
+        if answer.get("missing"):
+            self.shipper.from_head.update(answer["missing"])
+            self.submit(j.handle, j.original)
+            return None
+        outputs = answer.pop("outputs", None)
+        if outputs:
+            for name, data in outputs.items():
+                Path(j.original["outputs"][name]).write_bytes(data)
+        return j.handle, answer
 
     def _count(self, answer: dict, j: _Job, answered: bool) -> None:
         """Add what a node did; a job it sends back (its remote lacked a version) is not one

@@ -70,17 +70,28 @@ class Pool(Executor):
         """(handle, answer) of the next job that finishes."""
         while True:
             for key, _ in self._selector.select():
-                w: _Worker = key.data
-                line = w.proc.stdout.readline()  # type: ignore[union-attr]
-                handle, w.job = w.job, None
-                if line:
-                    return handle, json.loads(line)
-                self._selector.unregister(key.fileobj)
-                self._workers.remove(w)
-                code = w.proc.wait()
-                why = f"signal {-code}" if code < 0 else f"exit status {code}"
-                if handle is not None:
-                    return handle, {"ok": False, "error": f"the worker process died ({why})"}
+                got = self._take(key)
+                if got is not None:
+                    return got
+
+    def ready(self) -> list[tuple[Any, dict]]:
+        got = [self._take(key) for key, _ in self._selector.select(timeout=0)]
+        return [g for g in got if g is not None]
+
+    def _take(self, key: selectors.SelectorKey) -> tuple[Any, dict] | None:
+        """The answer a worker's output has for its job (None: an idle worker exited)."""
+        w: _Worker = key.data
+        line = w.proc.stdout.readline()  # type: ignore[union-attr]
+        handle, w.job = w.job, None
+        if line:
+            return handle, json.loads(line)
+        self._selector.unregister(key.fileobj)
+        self._workers.remove(w)
+        code = w.proc.wait()
+        why = f"signal {-code}" if code < 0 else f"exit status {code}"
+        if handle is None:
+            return None
+        return handle, {"ok": False, "error": f"the worker process died ({why})"}
 
     def close(self) -> None:
         for w in self._workers:

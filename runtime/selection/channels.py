@@ -115,17 +115,18 @@ class Nodes:
 
     def __init__(self, repo: Repo, spec: Spec, address: str | None) -> None:
         from git_mgit.runtime.execution import shipping
-        from git_mgit.runtime.execution.cluster import connect
+        from git_mgit.runtime.execution.cluster import Kept, connect
 
         self.spec = spec
         self.client = connect(address)
         try:
             code = shipping.code(repo)
             self._digest = code.digest
-            self._code = self.client.scatter(code.data, hash=False)
+            self._code = Kept(self.client, lambda: code.data, broadcast=True)
             self._start = None
             if spec.start is not None:
-                self._start = self.client.scatter(Path(spec.start).read_bytes(), hash=False)
+                start = Path(spec.start)
+                self._start = Kept(self.client, start.read_bytes, broadcast=True)
         except BaseException:
             self.client.close()
             raise
@@ -149,7 +150,8 @@ class Nodes:
 
         spec = self.spec.for_worker(index, generation, partition)
         actor = self.client.submit(
-            NodeWorker, spec, self._digest, self._code, self._start,
+            NodeWorker, spec, self._digest, self._code.future(),
+            self._start.future() if self._start else None,
             actor=True, workers=[self._node_for(index, partition)], allow_other_workers=True,
             key=f"git-mgit-select-w{index}-g{generation}-{os.urandom(4).hex()}", pure=False,
         )  # fmt: skip

@@ -46,7 +46,6 @@ from git_mgit.lineage.save import (
     ModelFile,
     commit_files,
     lineage_records,
-    record_lineage,
     record_many,
 )
 from git_mgit.runtime import reshard
@@ -278,7 +277,6 @@ class _Cascade:
             raise CascadeError("cascades run in a working tree (they import the repository's code)")
         self.lin, self.plan, self.jobs, self.say = lin, plan, jobs, say
         self.cluster = cluster
-        self.root = Path(lin.repo.worktree)
         self.renew: dict[str, str] = {plan.old.id: plan.new.id}
         self.outcome = Outcome()
         self.scratch = lin.repo.mgit_dir / "cascades" / plan.cid
@@ -318,16 +316,9 @@ class _Cascade:
             if not want <= set(self.lin.graph.parents(new, (PROVENANCE,))):
                 parents = [self.lin.resolve(p) for p in self.new_parents(unit)]
                 code = self.lin.repo.git("rev-parse", f"{commit}^")
-                record_lineage(
-                    self.lin,
-                    new,
-                    m.path,
-                    parents,
-                    unit.function,
-                    code,
-                    m.old,
-                    kind="folder" if m.folder else "file",
-                )
+                kind = "folder" if m.folder else "file"
+                recs = lineage_records(m.path, parents, unit.function, code, m.old, kind=kind)
+                record_many(self.lin, {new: recs}, f"save {m.path}")
         return todo
 
     def commit(self, finished: list[tuple[Unit, list[Member], dict[str, str]]]) -> None:

@@ -36,6 +36,7 @@ import sys
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
@@ -136,11 +137,18 @@ def handle(job: Mapping, repo: _Repository, root: Path) -> dict:
     return {"ok": True}
 
 
+def answer_stream() -> TextIO:
+    """This process's original stdout, for its answers; everything printed from now on
+    (the user's code included, C libraries too) goes to stderr, so it cannot corrupt them."""
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return answers
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[0]).resolve()
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # the user's prints go to stderr
-    sys.stdout = sys.stderr
+    answers = answer_stream()
     repo = _Repository(root)
     for line in sys.stdin:
         job = json.loads(line)

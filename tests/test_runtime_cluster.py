@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import Lineage, commit_model
-from git_mgit.lineage.save import ModelFile, commit_files, record_lineage
+from git_mgit.lineage.save import ModelFile, commit_files, lineage_records, record_many
 from git_mgit.runtime import targets
 from git_mgit.runtime.execution.localcluster import Cluster, cluster
 from git_mgit.runtime.testing import Runner
@@ -73,9 +73,10 @@ def add_sharded_folder(repo: Path) -> None:
     commit, _ = commit_files(lin.repo, files, "sharded fine-tune of base", plain=plain)
     run_git("reset", "-q", "--hard", cwd=repo)
     version = run_git("rev-parse", f"{commit}:{SHARDED}", cwd=repo).stdout.strip()
-    record_lineage(
-        lin, version, SHARDED, [lin.resolve("base")], "train:finetune", f"{commit}^", kind="folder"
+    recs = lineage_records(
+        SHARDED, [lin.resolve("base")], "train:finetune", f"{commit}^", kind="folder"
     )
+    record_many(lin, {version: recs}, f"save {SHARDED}")
 
 
 @pytest.fixture(scope="module")

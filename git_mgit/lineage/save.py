@@ -193,7 +193,8 @@ def commit_model(
         repo, [ModelFile(rel, state_dict, metadata, base)], message or f"Save {rel}", branch
     )
     code = repo.git("rev-parse", "--verify", "--quiet", f"{commit}^", check=False) or None
-    record_lineage(lin, blobs[rel], rel, parent_versions, function, code, previous, name, type)
+    recs = lineage_records(rel, parent_versions, function, code, previous, name, type)
+    record_many(lin, {blobs[rel]: recs}, f"save {rel}")
     return Saved(rel, blobs[rel], commit)
 
 
@@ -287,29 +288,6 @@ def _write_file(file: Path, clean_into: Callable[[BinaryIO], _T]) -> _T:
     return text
 
 
-def record_lineage(
-    lin: Lineage,
-    version: str,
-    rel: str,
-    parents: Sequence[Version],
-    function: str | None,
-    code: str | None,
-    previous: str | None = None,
-    name: str | None = None,
-    type: str | None = None,
-    kind: str = "file",
-    details: Mapping[str, object] | None = None,
-) -> None:
-    """The node, provenance and version records of a saved version (one notes commit).
-
-    `kind` is "folder" when `version` is the tree of a model folder; `details`
-    (JSON values) say how it was made beyond its edges, such as the schedule
-    of the selection or tuning run that trained it.
-    """
-    recs = lineage_records(rel, parents, function, code, previous, name, type, kind, details)
-    record_many(lin, {version: recs}, f"save {rel}")
-
-
 def lineage_records(
     rel: str,
     parents: Sequence[Version],
@@ -321,7 +299,13 @@ def lineage_records(
     kind: str = "file",
     details: Mapping[str, object] | None = None,
 ) -> list[records.Record]:
-    """record_lineage's records of one version, for writing several versions' at once."""
+    """The node, provenance and version records of a saved version at `rel`, for
+    record_many.
+
+    `kind` is "folder" when the version is the tree of a model folder; `details`
+    (JSON values) say how it was made beyond its edges, such as the schedule
+    of the selection or tuning run that trained it.
+    """
     node = records.make(
         "node", name=name, path=rel, type=type, model_kind=kind, details=dict(details or {}) or None
     )
@@ -338,6 +322,7 @@ def lineage_records(
 
 
 def record_many(lin: Lineage, changes: Mapping[str, list[records.Record]], message: str) -> None:
-    """Several versions' records (version -> lineage_records) in one notes commit."""
+    """Versions' records (version -> lineage_records) in one notes commit: a saved version,
+    or several saved at once."""
     lin._write(dict(changes), message)
     lin.reload()

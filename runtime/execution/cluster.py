@@ -34,6 +34,8 @@ from git_mgit.runtime.execution.base import Executor
 if TYPE_CHECKING:
     from distributed import Client, Future
 
+    from git_mgit.gitcmd import Repo
+
 ADDRESS_VARIABLE = "DASK_SCHEDULER_ADDRESS"  # Dask's own: dask.config's scheduler-address
 TIMEOUT = float(os.environ.get("GIT_MGIT_CLUSTER_TIMEOUT", "10"))
 LOST_TRIES = 3  # a job whose inputs die with nodes more often than this fails
@@ -83,6 +85,27 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
+def describe(exc: BaseException) -> str:
+    """What went wrong on the cluster, in one line: the exception's type and first line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+class Head:
+    """This process as the cluster's client, with the repository's code kept on the cluster
+    (every backend that runs the user's code on the nodes starts here)."""
+
+    def __init__(self, repo: Repo, address: str | None) -> None:
+        self.client = connect(address)
+        try:
+            code = shipping.code(repo)
+        except BaseException:
+            self.client.close()
+            raise
+        self.digest = code.digest
+        self.code = Kept(self.client, lambda: code.data, broadcast=True)
+
+
 class Kept:
     """Data the head sends to the cluster once and the nodes read from there (the code, a
     version's pack); sent again, made anew by `make`, when the nodes holding it have died.
@@ -119,9 +142,10 @@ class Stats:
     def summary(self) -> str:
         from git_mgit.progress import format_size
 
+        again = f"; {self.requeued} sent again after a node died" if self.requeued else ""
         return (
-            f"{sum(self.jobs.values())} job(s) on {len(self.jobs)} node(s); objects fetched "
-            f"from the remote {format_size(sum(self.remote.values()))}, from here "
+            f"{sum(self.jobs.values())} job(s) on {len(self.jobs)} node(s){again}; objects "
+            f"fetched from the remote {format_size(sum(self.remote.values()))}, from here "
             f"{format_size(sum(self.head.values()))}"
         )
 
@@ -147,13 +171,10 @@ class ClusterPool(Executor):
     def __init__(self, lin: Lineage, size: int | None, address: str | None) -> None:
         from distributed import as_completed
 
-        self.client = connect(address)
+        self.head = Head(lin.repo, address)
+        self.client = self.head.client
         try:
-            threads = sum(self.client.nthreads().values())
-            self.size = max(1, size or threads)
-            code = shipping.code(lin.repo)
-            self._digest = code.digest
-            self._code = Kept(self.client, lambda: code.data, broadcast=True)
+            self.size = max(1, size or sum(self.client.nthreads().values()))
             self.shipper = shipping.Shipper(lin)
         except BaseException:
             self.client.close()
@@ -194,7 +215,7 @@ class ClusterPool(Executor):
                 "refs": j.shipment.refs,
             }
         future = self.client.submit(
-            node.run, j.task, self._digest, self._code.future(), remote, packs, j.files,
+            node.run, j.task, self.head.digest, self.head.code.future(), remote, packs, j.files,
             key=f"git-mgit-{j.task['kind']}-{uuid.uuid4().hex}", pure=False,
         )  # fmt: skip
         self._running[future.key] = j
@@ -229,7 +250,7 @@ class ClusterPool(Executor):
             self.submit(j.handle, j.original, j.tries + 1)
             return None
         if future.status != "finished":
-            why = f"{type(future.exception()).__name__}: {_first_line(future.exception())}"
+            why = describe(future.exception())
             return j.handle, {"ok": False, "error": f"the cluster failed the job ({why})"}
         answer = future.result()
         self._count(answer, j, answered=not answer.get("missing"))

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from git_mgit import manifest as mf
-from git_mgit.gitcmd import find_repo, git, git_bytes
+from git_mgit.gitcmd import Repo, find_repo, git
 from git_mgit.runtime.execution.local import Pool
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
@@ -67,11 +67,12 @@ def run(
     cache = home / "objects.git"
     with _locked(home):
         if not cache.exists():
-            _init(cache)
-        fetched = {"head": sum(_index(cache, p) for p in packs), "remote": 0}
+            git("init", "-q", "--bare", str(cache))
+        repo = find_repo(cache)
+        fetched = {"head": sum(_index(repo, p) for p in packs), "remote": 0}
         missing: list[str] = []
         if remote:
-            fetched["remote"], missing = _fetch(cache, remote)
+            fetched["remote"], missing = _fetch(repo, remote)
     facts = {"node": worker.address, "fetched": fetched}
     if missing:  # the remote lacks them after all: the head sends them instead
         return {"ok": False, "missing": missing, **facts}
@@ -127,37 +128,33 @@ def unpack_code(home: Path, digest: str, code: bytes) -> Path:
     return root
 
 
-def _init(cache: Path) -> None:
-    git("init", "-q", "--bare", str(cache))
+def _size(repo: Repo) -> int:
+    return sum((Path(d) / f).stat().st_size for d, _, fs in os.walk(repo.objects_dir) for f in fs)
 
 
-def _size(cache: Path) -> int:
-    return sum((Path(d) / f).stat().st_size for d, _, fs in os.walk(cache / "objects") for f in fs)
-
-
-def _index(cache: Path, pack: dict) -> int:
+def _index(repo: Repo, pack: dict) -> int:
     """Index a head-made pack into the cache, anchored; its size, or 0 if it was here already."""
     objects = [(bytes.fromhex(h), bytes.fromhex(oid)) for h, oid in pack["objects"]]
-    repo = find_repo(cache)
     if len(repo.existing(oid.hex() for _, oid in objects)) == len(objects):
         return 0
-    git_bytes("index-pack", "--stdin", cwd=cache, input=pack["pack"])
+    repo.git_bytes("index-pack", "--stdin", input=pack["pack"])
     anchors.set_ref(repo, anchors.commit_objects(repo, objects))
     return len(pack["pack"])
 
 
-def _fetch(cache: Path, remote: dict) -> tuple[int, list[str]]:
+def _fetch(repo: Repo, remote: dict) -> tuple[int, list[str]]:
     """One `git fetch` of the version refs the head named (those not here yet) from the
     remote: (bytes that came, versions still incomplete)."""
-    repo = find_repo(cache)
     have = repo.existing(remote["refs"].values())
     specs = [f"+{commit}:{name}" for name, commit in remote["refs"].items() if commit not in have]
-    before = _size(cache)
+    came = 0
     if specs:  # a failed fetch shows as versions still missing: the head then sends them
-        git_bytes(
+        before = _size(repo)
+        repo.git_bytes(
             "fetch", "--no-tags", "--no-write-fetch-head", "-q", remote["url"], *specs,
-            cwd=cache, check=False,
+            check=False,
         )  # fmt: skip
+        came = _size(repo) - before
     store = ChunkStore(repo)
     try:
         missing = [
@@ -167,7 +164,7 @@ def _fetch(cache: Path, remote: dict) -> tuple[int, list[str]]:
         ]
     finally:
         store.close()
-    return _size(cache) - before, missing
+    return came, missing
 
 
 def _localize(job: dict, cache: str, scratch: Path, files: dict[str, bytes]) -> dict:

@@ -102,8 +102,8 @@ class Shipper:
         v = self.lin.resolve(version)
         out = {}
         for rel, m in contents.manifests(self.lin.repo, self.store.reader, v.id, v.kind).items():
-            text = m.render().decode()
-            vid = version_id(m.render())
+            rendered = m.render()
+            text, vid = rendered.decode(), version_id(rendered)
             if self.remote_url and vid not in self.from_head and self.published.holds(vid):
                 shipment.remote[vid] = text
                 for ref in self.published.closure([vid], lambda _: False):
@@ -120,15 +120,17 @@ class Shipper:
         if data is None or not mf.looks_like_manifest(data):
             raise MgitError(f"version {vid[:10]} is not here: run `git mgit fetch` first")
         filed: dict[str, str] = {}  # oid -> content hash (hex)
+        seen: set[bytes] = set()  # chunks whose chains are in `filed`
         for c in mf.parse(bytes(data)).chunks():
             h: bytes | None = c.content_hash
-            while h is not None and h.hex() not in filed.values():
+            while h is not None and h not in seen:
                 found = self.store.resolve(h)
                 if found is None:
                     raise MgitError(
                         f"object {hashing.to_text(h)} of version {vid[:10]} is not here: "
                         "run `git mgit fetch` for it first"
                     )
+                seen.add(h)
                 filed[found.oid] = h.hex()
                 h = found.base
         try:

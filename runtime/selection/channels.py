@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from git_mgit.runtime.execution.cluster import describe
 from git_mgit.runtime.selection import worker
 
 if TYPE_CHECKING:
@@ -114,22 +115,14 @@ class Nodes:
     """Workers as Dask actors on a cluster's nodes; hop states travel with tasks and replies."""
 
     def __init__(self, repo: Repo, spec: Spec, address: str | None) -> None:
-        from git_mgit.runtime.execution import shipping
-        from git_mgit.runtime.execution.cluster import Kept, connect
+        from git_mgit.runtime.execution.cluster import Head, Kept
 
         self.spec = spec
-        self.client = connect(address)
-        try:
-            code = shipping.code(repo)
-            self._digest = code.digest
-            self._code = Kept(self.client, lambda: code.data, broadcast=True)
-            self._start = None
-            if spec.start is not None:
-                start = Path(spec.start)
-                self._start = Kept(self.client, start.read_bytes, broadcast=True)
-        except BaseException:
-            self.client.close()
-            raise
+        self.head = Head(repo, address)
+        self.client = self.head.client
+        self._start = None
+        if spec.start is not None:
+            self._start = Kept(self.client, Path(spec.start).read_bytes, broadcast=True)
         self._remote: dict[int, _Remote] = {}
         self._where: dict[int, tuple[str, int]] = {}  # worker -> (its node, its partition)
 
@@ -150,7 +143,7 @@ class Nodes:
 
         spec = self.spec.for_worker(index, generation, partition)
         actor = self.client.submit(
-            NodeWorker, spec, self._digest, self._code.future(),
+            NodeWorker, spec, self.head.digest, self.head.code.future(),
             self._start.future() if self._start else None,
             actor=True, workers=[self._node_for(index, partition)], allow_other_workers=True,
             key=f"git-mgit-select-w{index}-g{generation}-{os.urandom(4).hex()}", pure=False,
@@ -168,7 +161,7 @@ class Nodes:
             state = r.state.read_bytes() if r.state.exists() else None
             r.call = proxy.run(task, state)
         except Exception as exc:  # the node is gone (or never came): a death
-            r.error = _why(exc)
+            r.error = describe(exc)
 
     def reply(self, index: int) -> dict[str, Any] | None:
         r = self._remote[index]
@@ -177,7 +170,7 @@ class Nodes:
         try:
             reply, state = r.call.result()
         except Exception as exc:
-            r.error = _why(exc)
+            r.error = describe(exc)
             return None
         r.call = None
         if state is not None and r.state is not None:
@@ -189,7 +182,7 @@ class Nodes:
     def died(self, index: int) -> str | None:
         r = self._remote[index]
         if r.error is None and r.actor.status == "error":
-            r.error = _why(r.actor.exception())
+            r.error = describe(r.actor.exception())
         return r.error
 
     def finish(self, index: int) -> None:
@@ -200,8 +193,3 @@ class Nodes:
     def close(self) -> None:
         self._remote.clear()
         self.client.close()
-
-
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

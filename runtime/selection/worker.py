@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from git_mgit.runtime import callables
 from git_mgit.runtime.selection import unit
+from git_mgit.runtime.worker import answer_stream
 
 _POLL = 0.005
 
@@ -56,9 +57,7 @@ def _unit(task: dict, fns: dict, data: object) -> dict:
 
 def pipe(spec: dict) -> int:
     """Tasks on stdin, results on stdout; the user's prints go to stderr."""
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    answers = answer_stream()
     fns, data = _setup(spec)
     for line in sys.stdin:
         task = json.loads(line)

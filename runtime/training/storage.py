@@ -23,7 +23,13 @@ from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.resolve import Version
-from git_mgit.lineage.save import ModelFile, commit_files, record_lineage, version_manifests
+from git_mgit.lineage.save import (
+    ModelFile,
+    commit_files,
+    lineage_records,
+    record_many,
+    version_manifests,
+)
 from git_mgit.runtime.loading import load_state_dict
 from git_mgit.runtime.training import layout, runs
 from git_mgit.runtime.training.layout import Snapshot
@@ -107,9 +113,7 @@ class RunCommitter:
         path = layout.model_path(self.run, sharded)
         model = blobs[path] if path in blobs else self.repo.git("rev-parse", f"{commit}:{path}")
         first = self.previous is None
-        record_lineage(
-            self.lineage,
-            model,
+        recs = lineage_records(
             path,
             [self.start] if first and self.start else [],
             info.function if first else None,
@@ -119,6 +123,7 @@ class RunCommitter:
             kind="folder" if sharded else "file",
             details=details,
         )
+        record_many(self.lineage, {model: recs}, f"save {path}")
         self.previous = model
         return Committed(commit, model, info)
 

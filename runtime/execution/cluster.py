@@ -103,27 +103,28 @@ class Head:
             self.client.close()
             raise
         self.digest = code.digest
-        self.code = Kept(self.client, lambda: code.data, broadcast=True)
+        self.code = Kept(self.client, lambda: code.data)
 
 
 class Kept:
     """Data the head sends to the cluster once and the nodes read from there (the code, a
-    version's pack); sent again, made anew by `make`, when the nodes holding it have died.
+    version's pack); sent again, made anew by `make`, once no node holds it.
 
-    Dask keeps scattered data only on the workers that hold it: a task that needs it after
-    they are gone is cancelled ("lost dependencies"), so every use asks for the future here.
+    Dask keeps scattered data on the nodes it put it on (its memory manager drops extra
+    copies), and a task that needs it after they died is cancelled ("lost dependencies").
+    So every use asks here, and here asks the scheduler, which learns of a lost node before
+    this client does, whether some node still holds it.
     """
 
-    def __init__(self, client: Client, make: Callable[[], object], broadcast: bool = False):
-        self.client, self.make, self.broadcast = client, make, broadcast
+    def __init__(self, client: Client, make: Callable[[], object]) -> None:
+        self.client, self.make = client, make
         self._future: Future | None = None
 
     def future(self) -> Future:
-        if self._future is None or self._future.status != "finished":
+        f = self._future
+        if f is None or f.status != "finished" or not self.client.who_has(f).get(f.key):
             # In a list: Dask scatters a dict's values one by one, under its keys.
-            (self._future,) = self.client.scatter(
-                [self.make()], broadcast=self.broadcast, hash=False
-            )
+            (self._future,) = self.client.scatter([self.make()], hash=False)
         return self._future
 
 

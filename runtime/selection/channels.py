@@ -122,7 +122,7 @@ class Nodes:
         self.client = self.head.client
         self._start = None
         if spec.start is not None:
-            self._start = Kept(self.client, Path(spec.start).read_bytes, broadcast=True)
+            self._start = Kept(self.client, Path(spec.start).read_bytes)
         self._remote: dict[int, _Remote] = {}
         self._where: dict[int, tuple[str, int]] = {}  # worker -> (its node, its partition)
 

@@ -4,7 +4,8 @@ mgit.chunkSize      bytes per chunk; a multiple of 8 (default 64 MiB)
 mgit.maxObjectSize  no object may be larger (default 95m, below GitHub's 100 MB file limit)
 mgit.maxChainDepth  longest delta chain a new object may extend (default 8)
 mgit.gcGracePeriod  age below which unreferenced objects survive gc (default 14.days.ago)
-mgit.maxPushSize    most one push may send (default 1.5g, below GitHub's 2 GB push limit)
+mgit.maxPushSize    most one push may send (default 1.5g, below GitHub's 2 GB push limit);
+                    objects follow the smaller of it and mgit.maxObjectSize
 mgit.fetchBudget    a published version fetches at most this times its size (default 2)
 mgit.pruneKeep      checkouts younger than this keep their objects in prune (default 7.days.ago)
 
@@ -101,8 +102,8 @@ def load(repo: Repo) -> Settings:
         raise MgitError("git config mgit.maxObjectSize must be at least 16k")
     if not 0 <= depth <= 255:
         raise MgitError("git config mgit.maxChainDepth must be between 0 and 255")
-    if max_push < max_object:
-        raise MgitError("git config mgit.maxPushSize must be at least mgit.maxObjectSize")
+    # A push setting never breaks `git add`: no object may exceed what one push can carry.
+    max_object = min(max_object, max(max_push, _MIN_OBJECT))
     if budget < 1:
         raise MgitError("git config mgit.fetchBudget must be at least 1 (a version's own size)")
     if direct and direct < MIN_DIRECT_SIZE:

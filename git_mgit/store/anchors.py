@@ -27,19 +27,21 @@ def write_anchor(
     parents: Sequence[str] = (),
     timestamp: int | None = None,
     message: str | None = None,
+    suffix: str = "",
 ) -> str:
     """Add the fan-out trees and the anchor commit for (content hash, oid20) pairs to `pack`.
 
     Returns the commit id (hex). The caller finishes the pack, then calls set_ref().
     The commit time is the objects' age for gc; a fixed `timestamp` makes the
-    anchor a pure function of its objects and message (version refs).
+    anchor a pure function of its objects and message (version refs). A `suffix`
+    on the file names files something other than the objects themselves (pointers).
     """
     level2: dict[str, dict[str, list[tuple[str, bytes, bytes]]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for content_hash, oid in objects:
         h = content_hash.hex()
-        level2[h[:2]][h[2:4]].append((BLOB, h.encode(), oid))
+        level2[h[:2]][h[2:4]].append((BLOB, (h + suffix).encode(), oid))
     top = []
     for a, subdirs in level2.items():
         mid = [

@@ -3,8 +3,10 @@
 One `git ls-remote` lists the remote's version refs; the closure of the
 wanted versions along their bases (minus what is complete here) is fetched
 with one `git fetch` of exact ref names, which git's negotiation trims to the
-objects this clone lacks. A remote that predates version refs gets its
-anchors fetched whole, as before.
+objects this clone lacks. Version refs of a pointer store (Git LFS, S3) hold
+pointers: the objects they name and this clone lacks are then downloaded, one
+batch per store (stores/pointers.py). A remote that predates version refs
+gets its anchors fetched whole, as before.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from pathlib import Path
 
 from git_mgit import manifest as mf
 from git_mgit.errors import MgitError, ObjectMissing
-from git_mgit.gitcmd import GitError
+from git_mgit.gitcmd import GitError, Repo, env_for
+from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
-from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_tips
+from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects, anchor_tips
 from git_mgit.transfer import notes
 from git_mgit.transfer.local import LocalCopy, local_git_dir
 from git_mgit.transfer.remotes import RemoteUnreachable, candidates, list_versions, transfer
-from git_mgit.transfer.versions import Published
+from git_mgit.transfer.stores import pointers
+from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.versions import Published, VersionRef
 
 _ROUNDS = 3  # a ref re-published between our listing and our fetch: list again
 
@@ -38,6 +43,7 @@ def version_id(manifest_bytes: bytes) -> str:
 class Outcome:
     refs: int = 0  # version refs fetched
     unreachable: dict[str, str] = field(default_factory=dict)  # remote -> why
+    failed: dict[str, str] = field(default_factory=dict)  # remote -> what its store said
     missing: dict[str, mf.Manifest] = field(default_factory=dict)  # still not here, by version
 
 
@@ -67,6 +73,11 @@ def fetch_versions(
         except RemoteUnreachable as exc:
             out.unreachable[name] = str(exc)
             continue
+        except BlobStoreError as exc:
+            out.failed[name] = str(exc)
+            store.invalidate()
+            out.missing = missing_versions(store, out.missing)
+            continue
         store.invalidate()
         out.missing = missing_versions(store, out.missing)
     return out
@@ -88,6 +99,9 @@ def ensure_local(store: ChunkStore, wanted: Iterable[tuple[str, mf.Manifest]]) -
 def missing_error(path: str, store: ChunkStore, m: mf.Manifest, out: Outcome) -> ObjectMissing:
     """One line naming the file, why its objects are not here, and what to run."""
     count = len(store.missing([c.content_hash for c in m.chunks()]))
+    if out.failed:
+        why = next(iter(out.failed.values()))
+        return ObjectMissing(f"{path}: {count} tensor object(s) could not be fetched: {why}")
     if out.unreachable:
         name, why = next(iter(out.unreachable.items()))
         return ObjectMissing(
@@ -120,7 +134,8 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
         listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*", notes.NOTES_REF)
         published = Published.from_listing(listing)
         local = anchor_tips(repo)
-        refs = [r for r in published.closure(wanted, here) if local.get(r.name) != r.commit]
+        closure = published.closure(wanted, here)
+        refs = [r for r in closure if local.get(r.name) != r.commit]
         targets = {r.name: r.commit for r in refs}
         if any(not published.holds(v) for v in wanted):
             # Pushed before version refs existed: every anchor, as then.
@@ -130,13 +145,16 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
                 if name.startswith(ANCHOR_PREFIX) and local.get(name) != oid
             }
         if not targets:
+            pointers.resolve(store, remote, closure)  # refs here, objects not (yet)
             return 0
         theirs = listing.get(notes.NOTES_REF)
         if theirs is not None and theirs != repo.git(
             "rev-parse", "--verify", "--quiet", notes_ref, check=False
         ):
             targets[notes_ref] = theirs
-        if source is not None and _lend(store, source, targets):
+        keep_replaced(repo, {local[n] for n in targets if n in local})
+        if source is not None and not _pointing(source, refs) and _lend(store, source, targets):
+            pointers.resolve(store, remote, [r for r in closure if r.name not in targets])
             return len(refs)
         try:
             # By object id: git then skips listing the refs again (one round trip less).
@@ -150,7 +168,34 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
     else:
         return 0
     notes.merge(repo, notes_ref)
+    pointers.resolve(store, remote, closure)
     return len(refs)
+
+
+def keep_replaced(repo: Repo, commits: set[str]) -> None:
+    """Anchor the objects local version refs file before a fetch moves those refs (a remote
+    that migrated stores republished them as pointers): what is here stays here."""
+    if commits:
+        objects = sorted(
+            {(h, bytes.fromhex(o)) for h, o, _ in anchor_objects(repo, sorted(commits), [])}
+        )
+        if objects:
+            anchors.set_ref(repo, anchors.commit_objects(repo, objects))
+
+
+def _pointing(source: Path, refs: list[VersionRef]) -> bool:
+    """Whether some of `refs` in the repository at `source` are a pointer store's."""
+    if not refs:
+        return False
+    batch = subprocess.run(
+        ["git", "cat-file", "--batch"],
+        cwd=source,
+        env=env_for(source),
+        input="".join(f"{r.commit}\n" for r in refs).encode(),
+        capture_output=True,
+        check=False,
+    ).stdout
+    return b"\nstore " in batch
 
 
 def _lend(store: ChunkStore, source: Path, targets: dict[str, str]) -> bool:

@@ -64,6 +64,8 @@ def transfer(repo: Repo, *args: str) -> None:
     """Run a `git fetch` or `git push` whose progress shows on a terminal (quiet otherwise).
 
     Raises GitError with git's last line of stderr (on a terminal the user saw it all).
+    What the remote itself said (its `remote:` lines: a hook's reason for refusing)
+    is printed either way: it is the most useful line the user can get.
     """
     visible = sys.stderr.isatty()
     command, *rest = args
@@ -77,6 +79,9 @@ def transfer(repo: Repo, *args: str) -> None:
     )
     if proc.returncode:
         detail = "" if visible else proc.stderr.decode("utf-8", "replace").strip()
+        said = [line for line in detail.splitlines() if line.startswith("remote:")]
+        if said:
+            sys.stderr.write("".join(f"{line}\n" for line in said))
         what = gist(detail, proc.returncode) if detail else f"exit {proc.returncode}, see above"
         raise GitError(f"git {command} failed: {what}", detail)
 

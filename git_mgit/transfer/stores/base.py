@@ -1,0 +1,46 @@
+"""The interface every store implements: publish a push's version refs and their objects.
+
+Planning (layout.py) and writing (publish.py) are the same for every store:
+they leave version refs here that file the planned objects. A store sends
+them to the remote its own way (refs.py: in git; pointers.py: the bytes to a
+blob store, pointer files in git). Fetching needs no store object: every
+version ref says in its commit where its objects are (pointers.resolve).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from git_mgit.gitcmd import Repo
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.transfer.publish import Written
+from git_mgit.transfer.stores.choice import Choice
+
+
+@dataclass
+class Sent:
+    pushes: int = 0  # `git push` runs that carried objects
+    bytes: int = 0  # object bytes sent (git) or uploaded (blob store)
+    uploaded: int = 0  # objects uploaded to a blob store
+
+
+class Store(ABC):
+    """Where one remote keeps the tensor objects of the versions pushed to it."""
+
+    def __init__(self, repo: Repo, remote: str, choice: Choice) -> None:
+        self.repo, self.remote, self.choice = repo, remote, choice
+
+    @abstractmethod
+    def publish(
+        self,
+        store: ChunkStore,
+        written: Sequence[Written],
+        listing: dict[str, str],
+        gone: Sequence[str],
+        limit: int,
+    ) -> Sent:
+        """Send the `written` version refs (bases first) and their objects to the remote,
+        then delete its refs named in `gone`; `listing` is what the remote listed,
+        `limit` the most one `git push` may carry."""

@@ -1,0 +1,85 @@
+"""The interface of a blob store: content-addressed bytes beside git (Git LFS, S3).
+
+A blob store holds opaque objects named by the SHA-256 of their bytes (a
+Git LFS object id), and only ever adds: what it holds is never sent again.
+Every implementation checks each downloaded object against its id and size
+before a byte of it reaches the caller, retries what the network drops, and
+says in one line what a server refused and what to do. Credentials never
+appear in any message, log or trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from git_mgit.errors import MgitError
+
+Progress = Callable[[int], None]  # called with bytes moved since the last call
+
+
+@dataclass(frozen=True, order=True)
+class Pointer:
+    """One stored object: the SHA-256 of its bytes (64 hex) and its size."""
+
+    oid: str
+    size: int
+
+    @classmethod
+    def of(cls, data: bytes | bytearray | memoryview) -> Pointer:
+        return cls(hashlib.sha256(data).hexdigest(), len(data))
+
+
+class BlobStoreError(MgitError):
+    """A blob store refused, failed or served bad bytes (one line: what, where, what to do)."""
+
+
+class BlobStore(ABC):
+    """Where a pointer store's object bytes live."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Where, for messages: `Git LFS at https://host/repo.git/info/lfs`, `s3://b/prefix`
+        (never credentials)."""
+
+    @abstractmethod
+    def missing(self, objects: Sequence[Pointer]) -> list[Pointer]:
+        """Those of `objects` the store does not hold."""
+
+    @abstractmethod
+    def upload(
+        self,
+        objects: Sequence[Pointer],
+        read: Callable[[Pointer], bytes],
+        progress: Progress | None = None,
+    ) -> int:
+        """Send the objects the store lacks (asking it first); how many were sent.
+
+        `read` returns an object's bytes; it may be called from several threads.
+        """
+
+    @abstractmethod
+    def download(
+        self, objects: Sequence[Pointer], progress: Progress | None = None
+    ) -> Iterator[tuple[Pointer, bytes]]:
+        """Each object's bytes, verified against its id and size, in any order.
+
+        Raises BlobStoreError naming the object and the store when one is missing,
+        corrupt, or cannot be had; nothing unverified is ever yielded.
+        """
+
+    def close(self) -> None:  # noqa: B027 - stores without connections have nothing to do
+        """Release connections."""
+
+
+def verified(store: BlobStore, pointer: Pointer, data: bytes) -> bytes:
+    """`data` if it is the object `pointer` names; else BlobStoreError, one line."""
+    if len(data) != pointer.size or hashlib.sha256(data).hexdigest() != pointer.oid:
+        raise BlobStoreError(
+            f"{store.describe()} served a corrupt object sha256:{pointer.oid[:12]} "
+            f"({len(data)} bytes, expected {pointer.size}); nothing was written; "
+            "report it to the store's owner, or fetch from another remote"
+        )
+    return data

@@ -1,0 +1,123 @@
+"""Which store a remote's tensor objects go to, and why (`git mgit store` prints it).
+
+In order, the first that says:
+
+1. `remote.<name>.mgitStore`, then `mgit.store`: `refs`, `lfs`, or an S3 URL
+   (`s3://bucket/prefix`, endpoint and region from `mgit.s3Endpoint` and
+   `mgit.s3Region` or the URL's `?endpoint=...&region=...`); `auto` (the
+   default) goes on;
+2. what the remote records in `refs/mgit/store` (written by
+   `git mgit store migrate` and by the first push to a pointer store), so
+   every clone of a migrated repository follows it with no setup;
+3. Git LFS when the remote has an LFS endpoint someone configured
+   (`remote.<name>.lfsurl`, `lfs.url`, `.lfsconfig`) or is on a host known
+   to run one (Hugging Face, GitHub, GitLab, Bitbucket);
+4. version refs in the remote's own git repository.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from git_mgit.errors import MgitError
+from git_mgit.gitcmd import Repo
+
+REFS, LFS, S3 = "refs", "lfs", "s3"
+RECORD_REF = "refs/mgit/store"
+
+
+@dataclass(frozen=True)
+class Choice:
+    kind: str  # refs, lfs or s3
+    url: str  # what pointer refs record: "lfs", or "s3://bucket/prefix?endpoint=...&region=..."
+    reason: str  # why this store, for people
+
+    def describe(self) -> str:
+        return {REFS: "version refs in its git repository", LFS: "its Git LFS endpoint"}.get(
+            self.kind, self.url
+        )
+
+
+def parse_setting(value: str, key: str) -> str | None:
+    """A store setting as a store URL (`refs`, `lfs`, `s3://...`); None for auto."""
+    value = value.strip()
+    if value in ("", "auto"):
+        return None
+    if value in (REFS, LFS):
+        return value
+    if value.startswith("s3://") and urlsplit(value).netloc:
+        return value
+    raise MgitError(
+        f"git config {key}: {value!r} is not a store; use auto, refs, lfs or s3://bucket/prefix"
+    )
+
+
+def with_s3_settings(repo: Repo, url: str) -> str:
+    """An S3 store URL with the endpoint and region this clone's config names (the URL's
+    own query wins), so pointer refs tell other clones where the bucket is."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    for key, name in (("mgit.s3Endpoint", "endpoint"), ("mgit.s3Region", "region")):
+        value = repo.git("config", "--get", key, check=False)
+        if value and name not in query:
+            query[name] = value
+    path = parts.path.rstrip("/")
+    return f"s3://{parts.netloc}{path}" + (f"?{urlencode(sorted(query.items()))}" if query else "")
+
+
+def kind_of(url: str) -> str:
+    return S3 if url.startswith("s3://") else url
+
+
+def choose(repo: Repo, remote: str, recorded: str | None = None) -> Choice:
+    """The store pushes to `remote` use; `recorded` is the remote's `refs/mgit/store`."""
+    for key in (f"remote.{remote}.mgitStore", "mgit.store"):
+        value = repo.git("config", "--get", key, check=False)
+        url = parse_setting(value, key) if value else None
+        if url is not None:
+            return _choice(repo, url, f"git config {key}")
+    if recorded:
+        return _choice(repo, recorded, f"the remote records it ({RECORD_REF})")
+    from git_mgit.transfer.stores.lfs.endpoint import endpoint_for
+
+    endpoint = endpoint_for(repo, remote)
+    if endpoint is not None and endpoint.configured:
+        return Choice(LFS, LFS, f"an LFS URL is configured ({endpoint.source})")
+    if endpoint is not None and endpoint.known_host:
+        return Choice(LFS, LFS, f"{endpoint.host} runs Git LFS for every repository")
+    return Choice(REFS, REFS, "a plain git remote: no Git LFS endpoint configured or known")
+
+
+def _choice(repo: Repo, url: str, reason: str) -> Choice:
+    kind = kind_of(url)
+    return Choice(kind, with_s3_settings(repo, url) if kind == S3 else url, reason)
+
+
+def record_text(url: str) -> str:
+    """The message of the commit `refs/mgit/store` points at."""
+    return f"git-mgit store\n\nstore {url}\n"
+
+
+def parse_record(message: str) -> str | None:
+    """The store URL a record's (or a pointer version ref's) commit message names."""
+    for line in message.splitlines():
+        if line.startswith("store "):
+            return line[len("store ") :].strip() or None
+    return None
+
+
+def recorded_store(repo: Repo, remote: str, listing: dict[str, str]) -> str | None:
+    """The store the remote records (`listing` holds its refs/mgit/store, if any).
+
+    Its commit is fetched by id when it is not here (nothing keeps it: it is tiny).
+    """
+    commit = listing.get(RECORD_REF)
+    if commit is None:
+        return None
+    if not repo.existing([commit]):
+        from git_mgit.transfer.remotes import transfer
+
+        transfer(repo, "fetch", "--no-tags", "--no-write-fetch-head", remote, commit)
+    body = repo.cat_blobs([commit])[0]
+    return parse_record(body.decode("utf-8", "replace")) if body else None

@@ -1,0 +1,196 @@
+"""Pointer stores: the objects' bytes in a blob store (Git LFS, S3), pointers in git.
+
+Publishing a version: its objects are uploaded first (the blob store is
+asked which it lacks: nothing is sent twice), then its version ref is pushed
+as a commit whose tree files a pointer per chunk (pointer.py) and whose
+message ends with `store <url>`: the ref says where its bytes are, so any
+clone fetches them with nothing configured, and a history whose versions
+went to different stores (before and after a migration) still resolves.
+Here, the objects stay anchored (refs/mgit/objects/) and the version ref
+points at the pointer commit, as on the remote.
+
+Fetching (resolve): after git brought the version refs, the pointers of the
+chunks this clone lacks are downloaded in one batch per store, each object
+checked against its SHA-256 before it is written into a new pack, which is
+anchored; what was verified before a failure is kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from git_mgit.gitcmd import Repo
+from git_mgit.progress import Progress
+from git_mgit.store import anchors
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.lookup import ANCHOR_PREFIX
+from git_mgit.store.packwriter import PackWriter
+from git_mgit.transfer.publish import Written
+from git_mgit.transfer.stores import pointer
+from git_mgit.transfer.stores.base import Sent, Store
+from git_mgit.transfer.stores.blobs import BlobStore, Pointer
+from git_mgit.transfer.stores.choice import RECORD_REF, parse_record, record_text
+from git_mgit.transfer.stores.gitpush import push, push_refs
+from git_mgit.transfer.stores.registry import blob_store
+from git_mgit.transfer.versions import VersionRef
+
+
+class PointerStore(Store):
+    def publish(
+        self,
+        store: ChunkStore,
+        written: Sequence[Written],
+        listing: dict[str, str],
+        gone: Sequence[str],
+        limit: int,
+    ) -> Sent:
+        repo, url = self.repo, self.choice.url
+        read = ObjectBytes(store)
+        oids = sorted({oid for w in written for oid, _ in w.objects.values()})
+        pointers = {oid: read.pointer(oid) for oid in oids}
+        sent = Sent()
+        blobs = blob_store(repo, self.remote, url)
+        try:
+            by_pointer = {p: oid for oid, p in pointers.items()}
+            progress = Progress(
+                f"git-mgit: uploading to {blobs.describe()}", sum(p.size for p in by_pointer)
+            )
+
+            def moved(n: int) -> None:
+                sent.bytes += n
+                progress.update(n)
+
+            try:
+                sent.uploaded = blobs.upload(
+                    sorted(by_pointer), lambda p: read.bytes(by_pointer[p]), moved
+                )
+            finally:
+                progress.finish()
+        finally:
+            blobs.close()
+        _point(repo, written, pointers, url)
+        specs = [w.ref.name for w in written]
+        if RECORD_REF not in listing and not self.choice.reason.startswith("the remote records"):
+            record = anchors.commit_blobs(repo, [], record_text(url))
+            repo.git("update-ref", RECORD_REF, record)
+            specs.append(RECORD_REF)
+        push_refs(repo, self.remote, specs)
+        if gone:
+            push(repo, self.remote, [f":{name}" for name in gone])
+        return sent
+
+
+def _point(repo: Repo, written: Sequence[Written], pointers: dict[str, Pointer], url: str) -> None:
+    """Write each version's pointer commit and one anchor of all their objects; point the
+    version refs here at the pointer commits (one transaction)."""
+    lines = []
+    with PackWriter(repo.objects_dir) as pack:
+        files = {oid: pack.add("blob", [pointer.render(p)]) for oid, p in pointers.items()}
+        for w in written:
+            entries = sorted((h, files[oid]) for h, (oid, _) in w.objects.items())
+            message = f"{w.ref.message}\nstore {url}\n"
+            commit = anchors.write_anchor(
+                pack, entries, timestamp=0, message=message, suffix=pointer.SUFFIX
+            )
+            w.ref = VersionRef(w.ref.version, w.ref.bases, commit)
+            lines.append(f"update {w.ref.name} {commit}\n")
+        held = sorted(
+            {(h, bytes.fromhex(oid)) for w in written for h, (oid, _) in w.objects.items()}
+        )
+        anchor = anchors.write_anchor(pack, held)
+        pack.finish()
+    lines.append(f"update {ANCHOR_PREFIX}{anchor} {anchor}\n")
+    repo.git("update-ref", "--stdin", input="".join(lines).encode())
+
+
+class ObjectBytes:
+    """Object bytes for hashing and uploading, from any thread."""
+
+    def __init__(self, store: ChunkStore) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+
+    def bytes(self, oid: str) -> bytes:
+        with self.lock:
+            data = self.store.packs.read(oid)
+            if data is None:
+                data = self.store.reader.read(oid)
+        if data is None:
+            raise FileNotFoundError(f"object {oid} is not in this clone")
+        return bytes(data)
+
+    def pointer(self, oid: str) -> Pointer:
+        return Pointer.of(self.bytes(oid))
+
+    def holder(self, h: bytes, p: Pointer) -> tuple[str, int] | None:
+        """(oid, size) of the object here that holds chunk `h` as the bytes `p` names."""
+        for oid, size, _ in self.store.holders(h):
+            if size == p.size and self.pointer(oid) == p:
+                return oid, size
+        return None
+
+
+def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Pointer]]:
+    """Store URL -> {chunk hash: pointer} over the pointer refs among `refs` (here)."""
+    refs = [r for r in refs if r.commit]
+    out: dict[str, dict[bytes, Pointer]] = defaultdict(dict)
+    for ref, body in zip(refs, repo.cat_blobs([r.commit for r in refs]), strict=True):
+        url = parse_record(body.decode("utf-8", "replace")) if body else None
+        if url is None:
+            continue  # a ref of the refs store: git brought its objects
+        listing = repo.git("ls-tree", "-r", ref.commit).splitlines()
+        files = [(line.split()[2], line.rsplit("\t", 1)[1].rsplit("/", 1)[-1]) for line in listing]
+        named = [(oid, pointer.chunk_of(name)) for oid, name in files]
+        named = [(oid, h) for oid, h in named if h is not None]
+        for (_, h), data in zip(named, repo.cat_blobs([o for o, _ in named]), strict=True):
+            p = pointer.parse(data) if data is not None else None
+            if p is not None:
+                out[url].setdefault(h, p)
+    return out
+
+
+def resolve(store: ChunkStore, remote: str, refs: Iterable[VersionRef]) -> int:
+    """Download what the pointer refs among `refs` file and this clone lacks; bytes fetched.
+
+    Raises BlobStoreError (one line, naming the store) when a store cannot serve them.
+    """
+    repo = store.repo
+    came = 0
+    for url, chunks in pointed(repo, refs).items():
+        wanted: dict[Pointer, list[bytes]] = defaultdict(list)
+        for h, p in chunks.items():
+            if not store.has(h):
+                wanted[p].append(h)
+        if not wanted:
+            continue
+        blobs = blob_store(repo, remote, url)
+        try:
+            came += _download(repo, blobs, wanted)
+        finally:
+            blobs.close()
+        store.invalidate()
+    return came
+
+
+def _download(repo: Repo, blobs: BlobStore, wanted: dict[Pointer, list[bytes]]) -> int:
+    """Verified objects into one pack, anchored; kept up to a failure, which is raised."""
+    got: list[tuple[bytes, bytes]] = []
+    came = 0
+    progress = Progress(
+        f"git-mgit: downloading from {blobs.describe()}", sum(p.size for p in wanted)
+    )
+    with PackWriter(repo.objects_dir) as pack:
+        try:
+            for p, data in blobs.download(sorted(wanted), progress.update):
+                oid = pack.add("blob", [data])
+                got.extend((h, oid) for h in wanted[p])
+                came += len(data)
+        finally:
+            progress.finish()
+            commit = anchors.write_anchor(pack, sorted(got)) if got else None
+            pack.finish()  # nothing added: the empty pack is discarded
+            if commit is not None:
+                anchors.set_ref(repo, commit)
+    return came

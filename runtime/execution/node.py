@@ -6,7 +6,8 @@ outlives a worker's restart):
 
     code/<digest>/   the head's code (shipping.code), unpacked once per version of it
     objects.git/     a bare repository holding the tensor objects of the versions
-                     this node was given: fetched from the remote, or indexed
+                     this node was given: fetched from the remote (and from the
+                     blob store its version refs name: Git LFS, S3), or indexed
                      from the head's packs, and kept for the next job
     jobs/<id>/       one job's input and output files, removed when it ends
 
@@ -21,6 +22,7 @@ repository; the head commits.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import os
@@ -34,10 +36,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from git_mgit import manifest as mf
+from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, find_repo, git
 from git_mgit.runtime.execution.local import Pool
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.transfer import versions
+from git_mgit.transfer.stores import pointers
 
 _pools: dict[tuple[int, str], Pool] = {}
 _pools_lock = threading.Lock()
@@ -157,6 +162,11 @@ def _fetch(repo: Repo, remote: dict) -> tuple[int, list[str]]:
         came = _size(repo) - before
     store = ChunkStore(repo)
     try:
+        refs = [r for n, c in remote["refs"].items() if (r := versions.parse(n, c)) is not None]
+        # A pointer store's refs (Git LFS, S3): their objects come from the blob store; a
+        # failure shows as versions still missing, which the head then sends.
+        with contextlib.suppress(MgitError):
+            came += pointers.resolve(store, remote["url"], refs)
         missing = [
             v
             for v, text in remote["versions"].items()

@@ -8,9 +8,11 @@ read or change the developer's own git setup, and `git mgit install`
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,7 +22,12 @@ from tests.gitsandbox import (
     init_bare_remote,
     init_http_remote,
     init_repo,
+    run_git,
 )
+
+if TYPE_CHECKING:
+    from tests.servers.lfs import LfsServer
+    from tests.servers.seaweed import S3Bucket, SeaweedServer
 
 VENV_BIN = str(Path(sys.executable).parent)
 
@@ -80,3 +87,58 @@ def remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
 def http_remote(git_http_server: GitHttpServer) -> Remote:
     """A bare repository served over smart HTTP that accepts anonymous pushes."""
     return init_http_remote(git_http_server)
+
+
+@pytest.fixture
+def lfs_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LfsServer]:
+    """giftless (Git LFS) and git http-backend on one loopback port, behind HTTP Basic auth;
+    git's credential helper (a `store` file, set --global in the isolated home) holds the
+    password: `lfs_server.repo_url()` clones and pushes, its `/info/lfs` is the LFS endpoint."""
+    from tests.servers.lfs import LfsServer  # giftless and flask: only for the tests that use it
+
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with LfsServer(tmp_path / "lfs-server", "mgit-user", secrets.token_urlsafe(16)) as server:
+        server.store_credentials(tmp_path / "git-credentials")
+        yield server
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """SeaweedFS with an S3 gateway on loopback: one per session (per xdist worker)."""
+    from tests.servers.seaweed import SeaweedServer
+
+    with SeaweedServer(tmp_path_factory.mktemp("seaweed")) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+    """A fresh bucket on `seaweed`; the AWS chain holds its keys (environment only)."""
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", seaweed.secret_key)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    return seaweed.new_bucket()
+
+
+@pytest.fixture(params=["file", "http", "lfs", "s3"])
+def store_remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
+    """An empty remote for each store: version refs over file:// and over smart HTTP, Git
+    LFS (giftless beside git http-backend, `mgit.store lfs`), and an S3 bucket (SeaweedFS)
+    beside a file:// remote (`mgit.store s3://...`); set --global, so clones use it too."""
+    if request.param == "file":
+        return init_bare_remote(tmp_path / "remote.git")
+    if request.param == "http":
+        return init_http_remote(request.getfixturevalue("git_http_server"))
+    if request.param == "lfs":
+        server: LfsServer = request.getfixturevalue("lfs_server")
+        url = server.repo_url()
+        run_git("config", "--global", "mgit.store", "lfs", cwd=tmp_path)
+        return Remote(path=server.git_root / "org" / "repo.git", url=url, store="lfs")
+    bucket: S3Bucket = request.getfixturevalue("s3_bucket")
+    run_git("config", "--global", "mgit.store", bucket.url(), cwd=tmp_path)
+    bare = init_bare_remote(tmp_path / "remote.git")
+    return Remote(path=bare.path, url=bare.url, store="s3")

@@ -71,6 +71,7 @@ class Remote:
     path: Path
     url: str
     server: GitHttpServer | None = None
+    store: str = "refs"  # where pushes put tensor objects: refs, lfs or s3 (mgit.store)
 
 
 def init_repo(path: Path, *, bare: bool = False) -> Path:
@@ -140,8 +141,9 @@ def commands_run(trace: Path) -> tuple[int, int]:
 
 
 def one_batch(remote: Remote) -> tuple[int, int]:
-    """What an on-demand fetch from `remote` runs: see transfers()."""
-    return (1, 0) if remote.server is None else (1, 1)
+    """What an on-demand fetch from `remote` runs: see transfers(). A pointer store's refs
+    are always fetched by git (they are tiny); their objects come from the blob store."""
+    return (1, 0) if remote.server is None and remote.store == "refs" else (1, 1)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -353,3 +354,102 @@ def test_an_unreachable_cluster_is_one_clear_line(repo: Path) -> None:
         assert proc.returncode != 0
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and said in lines[0], proc.stderr
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` (children, theirs, ...), as /proc has them now."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent[int(stat.parent.name)] = int(stat.read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        above = todo.pop()
+        below = {p for p, pp in parent.items() if pp == above} - found
+        found |= below
+        todo.extend(below)
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (dead, waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_the_cluster_launcher_stops_every_process_it_started_on_a_stop_signal(
+    stop: signal.Signals, tmp_path: Path
+) -> None:
+    """Ctrl-C, a kill and a closed terminal: the scheduler and the nodes (each in a process
+    group of its own, which the terminal's signals never reach) stop with the launcher."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "git_mgit.runtime.execution.localcluster", str(tmp_path / "c")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    started: set[int] = set()
+    try:
+        assert launcher.stdout is not None
+        address = launcher.stdout.readline()  # printed once both nodes have joined
+        assert address.startswith("tcp://127.0.0.1:"), launcher.communicate()[1]
+        started = descendants(launcher.pid)
+        assert len(started) >= 3  # the scheduler and two nodes
+        launcher.send_signal(stop)
+        assert launcher.wait(timeout=120) == 0
+        assert [p for p in started if running(p)] == []
+    finally:
+        for pid in started | {launcher.pid}:  # never leave one behind, even when failing
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+        launcher.communicate()
+
+
+@pytest.mark.parametrize("store", ["lfs", "s3"])
+def test_nodes_fetch_their_versions_from_a_pointer_store(
+    store: str, template: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """With the objects in Git LFS or S3, each node fetches the pointer refs the head names
+    and downloads their objects from the store (credentials from its own environment)."""
+    if store == "lfs":
+        server = request.getfixturevalue("lfs_server")
+        url = server.repo_url()
+        run_git("config", "--global", "mgit.store", "lfs", cwd=tmp_path)
+    else:
+        bucket = request.getfixturevalue("s3_bucket")
+        run_git("init", "-q", "--bare", str(tmp_path / "remote.git"), cwd=tmp_path)
+        url = str(tmp_path / "remote.git")
+        run_git("config", "--global", "mgit.store", bucket.url(), cwd=tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    repo = working_copy(template, tmp_path / "a")
+    run_git("remote", "add", "origin", url, cwd=repo)
+    run_git("push", "-q", "origin", "main", cwd=repo)
+    names = run_git("ls-remote", url, "refs/mgit/v/*", cwd=repo).stdout.split()[1::2]
+    tree = run_git("ls-tree", "-r", "--name-only", names[0], cwd=repo).stdout.split()
+    assert tree and all(n.endswith(".lfs") for n in tree)  # pointers on the remote
+    plain = working_copy(template, tmp_path / "b")  # the same tests run here, locally
+    local = json.loads(mgit("test", "--json", "--jobs", "2", cwd=plain).stdout)
+    lin = Lineage(find_repo(repo))
+    with cluster(tmp_path / "cluster") as dask:  # started here: the nodes see the credentials
+        runner = Runner(lin, None, dask.address)
+        try:
+            chosen = targets.at_revision(lin, "HEAD")
+            pairs = [(t, test) for t in chosen for test in runner.applicable(t, runner.tests())]
+            results = runner.run(pairs)
+            stats = runner.pool.stats
+        finally:
+            runner.close()
+        got = {(r.target.version, r.test.name): r.metrics for r in results}
+        assert got == {(row["version"], row["test"]): row["metrics"] for row in local}
+        assert sum(stats.remote.values()) > 0 and sum(stats.head.values()) == 0
+        for node in dask.nodes:
+            given = {v for v in stats.given[node.address]}
+            held = node_hashes(dask.cache(node))
+            assert held >= set().union(*(chunk_hashes(lin, v) for v in given))

@@ -101,14 +101,17 @@ def objects_in(git_dir: Path) -> dict[str, int]:
 
 
 def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each(
-    tmp_path: Path, remote: Remote
+    tmp_path: Path, store_remote: Remote
 ) -> None:
     versions = series()
-    _src, commits = source(tmp_path, remote, versions)
+    _src, commits = source(tmp_path, store_remote, versions)
+    names = filed(store_remote.path, "refs/mgit/v/")
+    pointers_only = all(name.endswith(".lfs") for name in names)
+    assert names and pointers_only == (store_remote.store != "refs")  # bytes in LFS or S3
     other = tmp_path / "clone"
     # the objects: one batch for HEAD's version, after the clone's own transfer
-    clone_args = ("clone", "-q", remote.url, str(other))
-    assert transfers(tmp_path, remote, *clone_args, cwd=tmp_path) == one_batch(remote)
+    clone_args = ("clone", "-q", store_remote.url, str(other))
+    assert transfers(tmp_path, store_remote, *clone_args, cwd=tmp_path) == one_batch(store_remote)
     assert (other / MODEL).read_bytes() == versions[-1]
     assert status_porcelain(other) == ""
     assert local_chunks(other) == chunks_at(other, "HEAD")  # the tip's objects, nothing else
@@ -120,21 +123,25 @@ def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each
     status = mgit("status", "--rev", commits[0], cwd=other).stdout
     assert "on origin, not fetched" in status
     for commit, data in reversed(list(zip(commits, versions, strict=True))[:-1]):
-        before = listings(remote)
-        assert transfers(tmp_path, remote, "checkout", "-q", commit, cwd=other) == one_batch(remote)
+        before = listings(store_remote)
+        assert transfers(tmp_path, store_remote, "checkout", "-q", commit, cwd=other) == one_batch(
+            store_remote
+        )
         assert (other / MODEL).read_bytes() == data
         assert status_porcelain(other) == ""
         if before is not None:
-            assert listings(remote) - before == 1  # one ls-remote; the fetch names object ids
+            assert (
+                listings(store_remote) - before == 1
+            )  # one ls-store_remote; the fetch names object ids
     assert local_chunks(other) >= set().union(*(chunks_at(other, c) for c in commits))
     mgit("fsck", cwd=other)
 
 
 def test_git_operations_in_a_partial_clone_fetch_what_they_check_out(
-    tmp_path: Path, remote: Remote
+    tmp_path: Path, store_remote: Remote
 ) -> None:
     versions = series(4)
-    src, commits = source(tmp_path, remote, versions)
+    src, commits = source(tmp_path, store_remote, versions)
     b_first, b_next = model_bytes(60), model_bytes(61, base=tensors_of(model_bytes(60)), step=1e-3)
     run_git("checkout", "-q", "-b", "feat", commits[1], cwd=src)
     for message, data in (("feat: add b", b_first), ("feat: change b", b_next)):
@@ -143,7 +150,7 @@ def test_git_operations_in_a_partial_clone_fetch_what_they_check_out(
         run_git("commit", "-q", "-m", message, cwd=src)
     run_git("push", "-q", "origin", "feat", cwd=src)
 
-    work = clone(remote.url, tmp_path / "clone")
+    work = clone(store_remote.url, tmp_path / "clone")
     run_git("switch", "-q", "feat", cwd=work)  # an older model version, and b
     assert (work / MODEL).read_bytes() == versions[1]
     assert (work / "b.safetensors").read_bytes() == b_next
@@ -175,11 +182,13 @@ def test_git_operations_in_a_partial_clone_fetch_what_they_check_out(
     mgit("fsck", cwd=work)
 
 
-def test_prefetch_then_offline_then_prune_then_fetch_again(tmp_path: Path, remote: Remote) -> None:
+def test_prefetch_then_offline_then_prune_then_fetch_again(
+    tmp_path: Path, store_remote: Remote
+) -> None:
     versions = series()
-    _src, commits = source(tmp_path, remote, versions)
-    work = clone(remote.url, tmp_path / "clone")
-    url = remote.url
+    _src, commits = source(tmp_path, store_remote, versions)
+    work = clone(store_remote.url, tmp_path / "clone")
+    url = store_remote.url
     mgit("fetch", "--recent", "2", cwd=work)
     assert local_chunks(work) >= chunks_at(work, "HEAD~1")
     assert not local_chunks(work) >= chunks_at(work, "HEAD~2")
@@ -221,20 +230,22 @@ def test_prune_keeps_what_no_remote_holds(tmp_path: Path, bare_remote: Remote) -
     assert (src / MODEL).read_bytes() == local
 
 
-def test_push_from_a_partial_clone_and_gc_on_both_sides(tmp_path: Path, remote: Remote) -> None:
+def test_push_from_a_partial_clone_and_gc_on_both_sides(
+    tmp_path: Path, store_remote: Remote
+) -> None:
     versions = series()
-    _src, _commits = source(tmp_path, remote, versions)
-    work = clone(remote.url, tmp_path / "clone")
+    _src, _commits = source(tmp_path, store_remote, versions)
+    work = clone(store_remote.url, tmp_path / "clone")
     newer = [model_bytes(80, base=tensors_of(versions[-1]), step=1e-4)]
     newer.append(model_bytes(81, base=tensors_of(newer[-1]), step=1e-4))
     for i, data in enumerate(newer):
         (work / MODEL).write_bytes(data)
         run_git("commit", "-q", "-am", f"partial v{i}", cwd=work)
     run_git("push", "-q", "origin", "main", cwd=work)
-    bare = remote.path
+    bare = store_remote.path
     run_git("gc", "-q", "--prune=now", cwd=bare)
     run_git("gc", "-q", "--prune=now", cwd=work)
-    fresh = clone(remote.url, tmp_path / "fresh")
+    fresh = clone(store_remote.url, tmp_path / "fresh")
     assert (fresh / MODEL).read_bytes() == newer[-1]
     every = [*versions, *newer]
     log = run_git("rev-list", "--reverse", "HEAD", "--", MODEL, cwd=fresh).stdout.split()
@@ -244,10 +255,10 @@ def test_push_from_a_partial_clone_and_gc_on_both_sides(tmp_path: Path, remote: 
     mgit("fsck", "--all", cwd=fresh)
 
 
-def test_two_partial_clones_pushing_at_once(tmp_path: Path, remote: Remote) -> None:
+def test_two_partial_clones_pushing_at_once(tmp_path: Path, store_remote: Remote) -> None:
     versions = series(3)
-    _src, _ = source(tmp_path, remote, versions)
-    a, b = clone(remote.url, tmp_path / "a"), clone(remote.url, tmp_path / "b")
+    _src, _ = source(tmp_path, store_remote, versions)
+    a, b = clone(store_remote.url, tmp_path / "a"), clone(store_remote.url, tmp_path / "b")
     data = {}
     for work, branch, seed in ((a, "alice", 90), (b, "bob", 91)):
         data[branch] = model_bytes(seed, base=tensors_of(versions[-1]), step=2e-4)
@@ -269,7 +280,7 @@ def test_two_partial_clones_pushing_at_once(tmp_path: Path, remote: Remote) -> N
     for t in threads:
         t.join()
     assert not errors
-    fresh = clone(remote.url, tmp_path / "fresh")
+    fresh = clone(store_remote.url, tmp_path / "fresh")
     for branch in ("alice", "bob"):
         run_git("checkout", "-q", branch, cwd=fresh)
         assert (fresh / MODEL).read_bytes() == data[branch]
@@ -279,11 +290,11 @@ def test_two_partial_clones_pushing_at_once(tmp_path: Path, remote: Remote) -> N
 
 
 def test_offline_checkout_of_a_remote_only_version_is_one_line_and_writes_nothing(
-    tmp_path: Path, remote: Remote
+    tmp_path: Path, store_remote: Remote
 ) -> None:
     versions = series(3)
-    _src, commits = source(tmp_path, remote, versions)
-    work = clone(remote.url, tmp_path / "clone")
+    _src, commits = source(tmp_path, store_remote, versions)
+    work = clone(store_remote.url, tmp_path / "clone")
     run_git("remote", "set-url", "origin", str(tmp_path / "offline"), cwd=work)
     proc = run_git("checkout", "-q", commits[0], cwd=work, check=False)
     assert proc.returncode != 0
@@ -414,11 +425,11 @@ def test_a_remote_from_before_version_refs_still_serves_clones(
 
 
 def test_commands_that_read_tensors_fetch_every_version_they_need_at_once(
-    tmp_path: Path, remote: Remote
+    tmp_path: Path, store_remote: Remote
 ) -> None:
     versions = series()
-    _src, commits = source(tmp_path, remote, versions)
-    work = clone(remote.url, tmp_path / "clone")
+    _src, commits = source(tmp_path, store_remote, versions)
+    work = clone(store_remote.url, tmp_path / "clone")
     refs = [f"{c}:{MODEL}" for c in commits[:3]]
     script = (
         "import sys, json\n"
@@ -436,7 +447,7 @@ def test_commands_that_read_tensors_fetch_every_version_they_need_at_once(
         float(tensors_of(v)["layer.0.weight"].astype("float64").sum()) for v in versions[:3]
     ]
     assert json.loads(proc.stdout) == pytest.approx(expected, rel=1e-12)
-    assert commands_run(trace) == one_batch(remote)  # three versions, one batch
+    assert commands_run(trace) == one_batch(store_remote)  # three versions, one batch
 
 
 def test_a_fine_tune_is_published_as_a_delta_of_its_base_in_the_same_commit(

@@ -23,6 +23,7 @@ from git_mgit.store.lookup import VERSION_PREFIX, anchor_objects, anchor_tips
 from git_mgit.tracked import reachable_manifests
 from git_mgit.transfer import availability, history, prefetch
 from git_mgit.transfer.remotes import default_remote
+from git_mgit.transfer.stores import pointers
 from git_mgit.transfer.versions import parse
 
 
@@ -108,7 +109,8 @@ def _account_missing(
 
 
 def _check_version_refs(repo: Repo, store: ChunkStore) -> list[str]:
-    """Each version ref here files every chunk of its version that its bases do not hold."""
+    """Each version ref here files (or, for a pointer store, points to) every chunk of its
+    version that its bases do not hold."""
     out = []
     refs = anchor_tips(repo, (VERSION_PREFIX,))
     named = {name: ref for name, commit in refs.items() if (ref := parse(name, commit))}
@@ -118,6 +120,8 @@ def _check_version_refs(repo: Repo, store: ChunkStore) -> list[str]:
         if ref.version not in versions or any(b not in versions for b in ref.bases):
             continue  # a manifest not in this clone: nothing to compare with
         filed = {h for h, _, _ in anchor_objects(repo, [ref.commit], [])}
+        for chunks in pointers.pointed(repo, [ref]).values():  # a pointer store's ref
+            filed.update(chunks)
         provided = {c.content_hash for b in ref.bases for c in versions[b].manifest.chunks()}
         lacking = [
             c.content_hash

@@ -98,9 +98,7 @@ def push_versions(
         target = store_for(repo, remote, report.store)
         report.published = publish.write(store, cands, plan)
         report.replaced = list(plan.replaced.values())
-        sent = target.publish(
-            store, report.published, listing, report.replaced, push_limit(repo)
-        )
+        sent = target.publish(store, report.published, listing, report.replaced, push_limit(repo))
         report.pushes, report.sent, report.uploaded = sent.pushes, sent.bytes, sent.uploaded
         list_versions(repo, remote)  # what it holds now, for commands that stay offline
     finally:

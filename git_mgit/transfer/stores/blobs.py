@@ -13,11 +13,17 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass
+from typing import TypeVar
 
 from git_mgit.errors import MgitError
 
 Progress = Callable[[int], None]  # called with bytes moved since the last call
+# What download() yields: bytes, or a read-only view of a client's own buffer (no copy)
+Data = bytes | memoryview
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, order=True)
@@ -63,7 +69,7 @@ class BlobStore(ABC):
     @abstractmethod
     def download(
         self, objects: Sequence[Pointer], progress: Progress | None = None
-    ) -> Iterator[tuple[Pointer, bytes]]:
+    ) -> Iterator[tuple[Pointer, Data]]:
         """Each object's bytes, verified against its id and size, in any order.
 
         Raises BlobStoreError naming the object and the store when one is missing,
@@ -74,7 +80,7 @@ class BlobStore(ABC):
         """Release connections."""
 
 
-def verified(store: BlobStore, pointer: Pointer, data: bytes) -> bytes:
+def verified(store: BlobStore, pointer: Pointer, data: Data) -> Data:
     """`data` if it is the object `pointer` names; else BlobStoreError, one line."""
     if len(data) != pointer.size or hashlib.sha256(data).hexdigest() != pointer.oid:
         raise BlobStoreError(
@@ -83,3 +89,36 @@ def verified(store: BlobStore, pointer: Pointer, data: bytes) -> bytes:
             "report it to the store's owner, or fetch from another remote"
         )
     return data
+
+
+def ahead(
+    items: Iterator[T],
+    fetch: Callable[[T], R],
+    size: Callable[[T], int],
+    pool: Executor,
+    *,
+    limit: int,
+    max_bytes: int,
+) -> Iterator[tuple[T, R]]:
+    """`fetch(item)` on `pool` for each item, yielded as each finishes: at most `limit` at
+    once and `max_bytes` (by `size`) ahead of the caller, so downloads keep memory to a
+    few objects; one always runs, however large. `items` is pulled only as room frees."""
+    running: dict[Future[R], T] = {}
+    pending = 0
+    upcoming = next(items, None)
+    while True:
+        while (
+            upcoming is not None
+            and len(running) < limit
+            and (not running or pending + size(upcoming) <= max_bytes)
+        ):
+            running[pool.submit(fetch, upcoming)] = upcoming
+            pending += size(upcoming)
+            upcoming = next(items, None)
+        if not running:
+            return
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            item = running.pop(future)
+            pending -= size(item)
+            yield item, future.result()

@@ -63,7 +63,9 @@ def with_s3_settings(repo: Repo, url: str) -> str:
         if value and name not in query:
             query[name] = value
     path = parts.path.rstrip("/")
-    return f"s3://{parts.netloc}{path}" + (f"?{urlencode(sorted(query.items()))}" if query else "")
+    return f"s3://{parts.netloc}{path}" + (
+        f"?{urlencode(sorted(query.items()), safe=':/')}" if query else ""
+    )
 
 
 def kind_of(url: str) -> str:

@@ -22,8 +22,18 @@ PAD_OBJECTS = 100  # git's default receive.unpackLimit
 PAD_FROM = 1 << 20  # pushes of fewer object bytes stay as they are: loose is cheap there
 _ATTEMPTS = 3  # pushes of a batch that raced another clone's
 _MARGIN = 0.95  # of mgit.maxPushSize: what git adds to our estimate stays under it
-# What hosts say when they refuse large files in git (the Hub, GitHub, GitLab, a size hook).
-_TOO_LARGE = ("larger than", "exceeds", "git-lfs", "git lfs", "large file", "file size limit")
+# What hosts say when they refuse large or binary files in git (the Hub, GitHub, GitLab,
+# Bitbucket, a size hook).
+_TOO_LARGE = (
+    "larger than",
+    "exceeds",
+    "git-lfs",
+    "git lfs",
+    "large file",
+    "file size limit",
+    "binary files",
+    "/xet",
+)
 
 
 def push_limit(repo: Repo) -> int:

@@ -24,9 +24,15 @@ def blob_store(repo: Repo, remote: str, url: str) -> BlobStore:
     """The blob store a pointer ref's `store <url>` names, reached from `remote`."""
     kind = kind_of(url)
     if kind == LFS:
-        from git_mgit.transfer.stores.lfs import open_lfs
+        from git_mgit.transfer.stores.lfs import LfsStore
 
-        return open_lfs(repo, remote)
+        store = LfsStore.for_remote(repo, remote)
+        if store is None:
+            raise MgitError(
+                f"{remote} has no Git LFS endpoint (a local path or file:// URL): set one with "
+                f"`git config remote.{remote}.lfsurl URL`, or `git config mgit.store refs`"
+            )
+        return store
     if kind == S3:
         from git_mgit.transfer.stores.s3 import open_s3
 

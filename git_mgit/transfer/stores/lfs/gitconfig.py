@@ -1,0 +1,117 @@
+"""git's configuration as git-lfs reads it: the committed `.lfsconfig` under git config.
+
+git-lfs layers the repository's `.lfsconfig` (the working tree's file, else
+the index's, else HEAD's) below everything `git config` knows, and takes only
+a short list of harmless keys from it: a cloned file must never be able to
+point credentials or commands anywhere else than an LFS URL.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from git_mgit.gitcmd import Repo
+
+LFSCONFIG = ".lfsconfig"
+# git-lfs's config/git_fetcher.go: what a committed .lfsconfig may set.
+_SAFE_KEYS = frozenset(
+    {
+        "lfs.allowincompletepush",
+        "lfs.fetchexclude",
+        "lfs.fetchinclude",
+        "lfs.gitprotocol",
+        "lfs.locksverify",
+        "lfs.pushurl",
+        "lfs.skipdownloaderrors",
+        "lfs.url",
+    }
+)
+_REMOTE_LFSURL = re.compile(r"remote\..+\.lfsurl")
+
+
+def canonical(key: str) -> str:
+    """A key as `git config --list` prints it: section and name lowercased, subsection kept."""
+    section, dot, rest = key.partition(".")
+    if not dot:
+        return key.lower()
+    sub, dot, name = rest.rpartition(".")
+    return f"{section.lower()}.{sub}.{name.lower()}" if dot else f"{section.lower()}.{name.lower()}"
+
+
+def parse_list(out: bytes) -> list[tuple[str, str]]:
+    """`git config -z --list` output as (key, value) pairs, in order."""
+    pairs = []
+    for entry in out.split(b"\0"):
+        if entry:
+            key, _, value = entry.decode("utf-8", "surrogateescape").partition("\n")
+            pairs.append((key, value))
+    return pairs
+
+
+@dataclass(frozen=True)
+class LfsConfig:
+    """Config values (last one wins), and where each came from (for `git mgit store`)."""
+
+    values: dict[str, list[str]] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)  # key -> "git config" or ".lfsconfig"
+
+    def get(self, key: str) -> str | None:
+        found = self.values.get(canonical(key))
+        return found[-1] if found else None
+
+    def where(self, key: str) -> str:
+        return self.origins.get(canonical(key), "git config")
+
+    def number(self, key: str, default: int, minimum: int) -> int:
+        """An integer setting; git-lfs's rule: anything unparsable or too small is the default."""
+        text = self.get(key)
+        try:
+            value = int(text) if text is not None else default
+        except ValueError:
+            return default
+        return value if value >= minimum else default
+
+    def items(self) -> Iterable[tuple[str, list[str]]]:
+        return self.values.items()
+
+
+def _safe(key: str) -> bool:
+    return key in _SAFE_KEYS or bool(_REMOTE_LFSURL.fullmatch(key)) or key.endswith(".access")
+
+
+def _list(cwd: Path, *source: str) -> list[tuple[str, str]] | None:
+    proc = subprocess.run(
+        ["git", "config", "-z", "--list", *source], cwd=cwd, capture_output=True, check=False
+    )
+    return parse_list(proc.stdout) if proc.returncode == 0 else None
+
+
+def _lfsconfig(repo: Repo, cwd: Path) -> list[tuple[str, str]]:
+    """The committed .lfsconfig's pairs: working tree file, else index, else HEAD."""
+    if repo.worktree is not None:
+        path = repo.worktree / LFSCONFIG
+        if path.is_file():
+            return _list(cwd, "--file", str(path)) or []
+        found = _list(cwd, "--blob", f":{LFSCONFIG}")
+        if found is not None:
+            return found
+    return _list(cwd, "--blob", f"HEAD:{LFSCONFIG}") or []
+
+
+def load(repo: Repo) -> LfsConfig:
+    """Everything git config says, over the safe keys of the committed .lfsconfig."""
+    cwd = repo.worktree or repo.git_dir
+    values: dict[str, list[str]] = {}
+    origins: dict[str, str] = {}
+    for key, value in _lfsconfig(repo, cwd):
+        if _safe(key):
+            values.setdefault(key, []).append(value)
+            origins[key] = LFSCONFIG
+    for key, value in _list(cwd) or []:  # after .lfsconfig: git config wins (last value)
+        values.setdefault(key, []).append(value)
+        origins[key] = "git config"
+    return LfsConfig(values, origins)

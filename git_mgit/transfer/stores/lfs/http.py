@@ -1,0 +1,182 @@
+"""HTTP for the LFS client: one urllib3 pool, redirects followed by hand, credentials by the rules.
+
+- A request is sent without git's credentials until its server answers 401
+  (auth.Access); a request that carries its own Authorization (an action's
+  header, git-lfs-authenticate's) never gets git's.
+- Redirects are followed here, not by urllib3, so that a hop to another
+  scheme, host or port drops every Authorization header and asks for no
+  credentials there.
+- No Authorization header ever goes over plain http except to loopback.
+- Failures worth a retry raise retry.Transient; the caller decides to retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+
+import urllib3
+from urllib3.exceptions import HTTPError, SSLError
+
+from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.lfs.auth import Access
+from git_mgit.transfer.stores.lfs.creds import Credential
+from git_mgit.transfer.stores.lfs.policy import may_send_credentials, origin, redact
+from git_mgit.transfer.stores.lfs.retry import Transient, retry_after, transient
+from git_mgit.transfer.stores.lfs.trace import trace
+
+USER_AGENT = "git-mgit (git-lfs compatible)"
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_REDIRECTS = 5
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"\]\)]+)")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 30.0  # lfs.dialtimeout
+    read_s: float = 30.0  # lfs.activitytimeout: silence between bytes
+
+
+class Http:
+    """Requests to one LFS server and the storage its actions point to."""
+
+    def __init__(self, access: Access, pool_size: int, timeouts: Timeouts) -> None:
+        self._access = access
+        # One connection per transfer thread, and one for the caller's batch requests; a
+        # thread that finds them all busy waits for one (block): none is ever left unreturned.
+        self._pool = urllib3.PoolManager(num_pools=8, maxsize=pool_size + 1, block=True)
+        self._timeout = urllib3.Timeout(connect=timeouts.connect_s, read=timeouts.read_s)
+
+    def close(self) -> None:
+        self._pool.clear()
+
+    def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        cred_url: str | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        """The final response (body unread; the caller reads and releases it).
+
+        `cred_url`: the URL git credential describes (None: never use git's credentials).
+        Raises Transient for a connection failure or a status worth retrying.
+        """
+        headers = {"User-Agent": USER_AGENT, **headers}
+        if _has_auth(headers):
+            cred_url = None
+        sent: Credential | None = self._access.current(cred_url) if cred_url else None
+        for _ in range(_MAX_REDIRECTS + 1):
+            wire = dict(headers)
+            if sent is not None:
+                wire["Authorization"] = sent.authorization()
+            response = self._request(method, url, wire, body)
+            status = response.status
+            if status in _REDIRECTS and response.headers.get("Location"):
+                _discard(response)
+                target = urljoin(url, response.headers["Location"])
+                if origin(target) != origin(url):
+                    headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+                    cred_url, sent = None, None
+                if status == 303 or (status in (301, 302) and method == "POST"):
+                    method, body = "GET", None
+                url = target
+                continue
+            if status == 401 and cred_url is not None:
+                _discard(response)
+                if sent is not None:
+                    self._access.reject(cred_url, sent)
+                    raise BlobStoreError(
+                        f"{redact(url)} refused the credentials git's credential helper gave "
+                        f"for {urlsplit(cred_url).netloc} (HTTP 401) and they were rejected "
+                        "(git credential reject); store the right ones in your credential helper"
+                    )
+                sent = self._access.fill(cred_url, None)
+                continue
+            if sent is not None and cred_url is not None and 200 <= status < 300:
+                self._access.approve(cred_url, sent)
+            if transient(status):
+                wait = retry_after(response.headers)
+                _discard(response)
+                raise Transient(f"HTTP {status} from {redact(url)}", wait)
+            return response
+        raise BlobStoreError(
+            f"{redact(url)}: more than {_MAX_REDIRECTS} redirects; check the LFS URL"
+        )
+
+    def _request(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None
+    ) -> urllib3.BaseHTTPResponse:
+        if _has_auth(headers) and not may_send_credentials(url):
+            raise BlobStoreError(
+                f"{redact(url)}: refusing to send credentials over plain http to a host that is "
+                "not this machine; use an https URL for the LFS server"
+            )
+        try:
+            response = self._pool.request(
+                method,
+                url,
+                body=body,
+                headers=headers,
+                redirect=False,
+                retries=False,
+                preload_content=False,
+                timeout=self._timeout,
+            )
+        except SSLError:
+            raise BlobStoreError(
+                f"{redact(url)}: TLS failed (certificate or protocol); check the server's certificate"
+            ) from None
+        except HTTPError as exc:
+            raise Transient(f"{describe(exc)} talking to {redact(url)}") from None
+        trace(f"{method} {redact(url)} -> {response.status}")
+        return response
+
+
+def read_body(response: urllib3.BaseHTTPResponse, url: str, limit: int | None = None) -> bytes:
+    """The whole body (at most `limit` bytes are read: more is the caller's to judge);
+    a body cut short is Transient."""
+    whole = False
+    try:
+        if limit is None:
+            data = response.read()
+        else:
+            parts, total = [], 0
+            while total <= limit and (piece := response.read(min(1 << 20, limit + 1 - total))):
+                parts.append(piece)
+                total += len(piece)
+            data = b"".join(parts)
+        whole = response.isclosed() or limit is None or len(data) <= limit
+        return data
+    except HTTPError as exc:
+        raise Transient(f"{describe(exc)} reading from {redact(url)}") from None
+    finally:
+        if not whole:  # bytes left unread: this connection cannot carry another request
+            response.close()
+        response.release_conn()
+
+
+def describe(exc: BaseException) -> str:
+    """A urllib3 failure in a few words, never its URL (hrefs carry tokens in queries)."""
+    name = type(exc).__name__
+    errno = _ERRNO.search(str(exc))
+    if errno:
+        return f"{name}: {errno[1].strip()}"
+    reason = exc.args[0] if exc.args else None
+    if isinstance(reason, str) and "http" not in reason.lower():
+        return f"{name}: {reason}"
+    return name
+
+
+def _has_auth(headers: dict[str, str]) -> bool:
+    return any(k.lower() == "authorization" for k in headers)
+
+
+def _discard(response: urllib3.BaseHTTPResponse) -> None:
+    with contextlib.suppress(HTTPError):
+        response.drain_conn()
+    response.release_conn()

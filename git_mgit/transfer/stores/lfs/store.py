@@ -1,0 +1,211 @@
+"""A remote's Git LFS server as a blob store: batch requests, then parallel basic transfers.
+
+`lfs.concurrenttransfers` objects (default 8) move at once, over a pool of as
+many connections. Downloads run ahead of the caller by at most that many
+objects and `_AHEAD_BYTES`, so memory stays a few objects whatever the batch;
+each object is checked against its SHA-256 and size before it is yielded, in
+the caller's thread, as progress is reported.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+
+from git_mgit.gitcmd import Repo
+from git_mgit.transfer.stores.blobs import (
+    BlobStore,
+    BlobStoreError,
+    Pointer,
+    Progress,
+    verified,
+)
+from git_mgit.transfer.stores.lfs import basic, batch, gitconfig
+from git_mgit.transfer.stores.lfs.api import BatchApi
+from git_mgit.transfer.stores.lfs.auth import Access
+from git_mgit.transfer.stores.lfs.batch import Answer, BatchRefused
+from git_mgit.transfer.stores.lfs.creds import GitCredentials
+from git_mgit.transfer.stores.lfs.endpoint import Endpoint, endpoint_for
+from git_mgit.transfer.stores.lfs.gitconfig import LfsConfig
+from git_mgit.transfer.stores.lfs.http import Http, Timeouts
+from git_mgit.transfer.stores.lfs.policy import redact
+from git_mgit.transfer.stores.lfs.retry import RetryPolicy
+from git_mgit.transfer.stores.lfs.sshauth import SshAuthenticator
+
+_AHEAD_BYTES = 256 << 20
+_EMPTY = Pointer.of(b"")
+# A whole batch refused with these means no asked object is there (giftless answers so
+# when every object is missing or damaged; the Batch API's hosts answer 200 with errors).
+_NONE_THERE = frozenset({404, 422})
+
+
+class LfsStore(BlobStore):
+    """The LFS server of one remote (its upload endpoint may differ: lfs.pushurl)."""
+
+    def __init__(
+        self,
+        download: Endpoint,
+        upload: Endpoint | None = None,
+        *,
+        cwd: Path,
+        config: LfsConfig | None = None,
+    ) -> None:
+        config = config or LfsConfig()
+        self.concurrency = config.number("lfs.concurrenttransfers", 8, 1)
+        timeouts = Timeouts(
+            connect_s=config.number("lfs.dialtimeout", 30, 1),
+            read_s=config.number("lfs.activitytimeout", 30, 1),
+        )
+        self._http = Http(Access(GitCredentials(cwd)), self.concurrency, timeouts)
+        retry = RetryPolicy.from_config(config)
+        self.endpoint = download
+        self._where = f"Git LFS at {redact(download.url)}"
+        self._apis = {
+            op: BatchApi(
+                ep,
+                self._http,
+                retry,
+                SshAuthenticator(config, ep.ssh, cwd) if ep.ssh else None,
+                f"Git LFS at {redact(ep.url)}",
+            )
+            for op, ep in (("download", download), ("upload", upload or download))
+        }
+
+    @classmethod
+    def for_remote(cls, repo: Repo, remote: str) -> LfsStore | None:
+        """The store of `remote` (a name or URL); None when it has no LFS endpoint."""
+        config = gitconfig.load(repo)
+        download = endpoint_for(repo, remote, "download", config)
+        if download is None:
+            return None
+        upload = endpoint_for(repo, remote, "upload", config)
+        return cls(download, upload, cwd=repo.worktree or repo.git_dir, config=config)
+
+    def describe(self) -> str:
+        return self._where
+
+    def close(self) -> None:
+        self._http.close()
+
+    def missing(self, objects: Sequence[Pointer]) -> list[Pointer]:
+        api = self._apis["download"]
+        lacking = []
+        for chunk in batch.chunks([p for p in objects if p != _EMPTY]):
+            try:
+                answers = api.batch("download", chunk)
+            except BatchRefused as exc:
+                if exc.status not in _NONE_THERE:
+                    raise
+                lacking += chunk
+                continue
+            for pointer, answer in answers.items():
+                code = answer.error[0] if answer.error else None
+                if code in (404, 410, 422):  # 422: a size mismatch, an upload cut short
+                    lacking.append(pointer)
+                elif answer.error:
+                    raise batch.object_error(api.where, "download", answer)
+        return lacking
+
+    def upload(
+        self,
+        objects: Sequence[Pointer],
+        read: Callable[[Pointer], bytes],
+        progress: Progress | None = None,
+    ) -> int:
+        api = self._apis["upload"]
+        sent = 0
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="lfs-upload") as pool:
+            for chunk in batch.chunks([p for p in objects if p != _EMPTY]):
+                todo: dict[Future[bool], Pointer] = {}
+                for answer in api.batch("upload", chunk).values():
+                    if answer.error:
+                        raise batch.object_error(api.where, "upload", answer)
+                    if "upload" in answer.actions:  # no action: the server holds it already
+                        todo[pool.submit(self._upload_one, api, answer, read)] = answer.pointer
+                for done in _completed(list(todo)):
+                    if done.result():
+                        sent += 1
+                        if progress:
+                            progress(todo[done].size)
+        return sent
+
+    def _upload_one(self, api: BatchApi, answer: Answer, read: Callable[[Pointer], bytes]) -> bool:
+        pointer = answer.pointer
+        data = read(pointer)
+        if len(data) != pointer.size or hashlib.sha256(data).hexdigest() != pointer.oid:
+            raise BlobStoreError(
+                f"object sha256:{pointer.oid[:12]} read back as other bytes than its id says; "
+                f"nothing was sent to {api.where}; run `git mgit fsck`"
+            )
+        return basic.upload(api, answer, data)
+
+    def download(
+        self, objects: Sequence[Pointer], progress: Progress | None = None
+    ) -> Iterator[tuple[Pointer, bytes]]:
+        api = self._apis["download"]
+        wanted = list(dict.fromkeys(objects))
+        if _EMPTY in wanted:
+            wanted.remove(_EMPTY)
+            yield _EMPTY, b""
+        chunks = batch.chunks(wanted)
+        queue: collections.deque[Answer] = collections.deque()
+        running: dict[Future[bytes], Pointer] = {}
+        ahead = 0
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="lfs-download")
+        try:
+            while True:
+                if not queue and len(running) < self.concurrency:
+                    queue.extend(self._answers(api, next(chunks, [])))
+                while (
+                    queue
+                    and len(running) < self.concurrency
+                    and (not running or ahead + queue[0].pointer.size <= _AHEAD_BYTES)
+                ):
+                    answer = queue.popleft()
+                    running[pool.submit(basic.download, api, answer)] = answer.pointer
+                    ahead += answer.pointer.size
+                if not running:
+                    return
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    pointer = running.pop(future)
+                    ahead -= pointer.size
+                    data = verified(self, pointer, future.result())
+                    if progress:
+                        progress(pointer.size)
+                    yield pointer, data
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    @staticmethod
+    def _answers(api: BatchApi, chunk: list[Pointer]) -> list[Answer]:
+        if not chunk:
+            return []
+        try:
+            answers = api.batch("download", chunk)
+        except BatchRefused as exc:
+            if exc.status not in _NONE_THERE:
+                raise
+            first = Answer(chunk[0], error=(exc.status, exc.message))
+            raise batch.object_error(api.where, "download", first, len(chunk) - 1) from None
+        for answer in answers.values():
+            if answer.error:
+                raise batch.object_error(api.where, "download", answer)
+        return list(answers.values())
+
+
+def _completed(futures: list[Future[bool]]) -> Iterator[Future[bool]]:
+    """Each future as it finishes; the first failure cancels those not started and is raised."""
+    pending = set(futures)
+    try:
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                future.result()
+                yield future
+    finally:
+        for future in pending:
+            future.cancel()

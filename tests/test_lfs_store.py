@@ -1,0 +1,532 @@
+"""The Git LFS blob store against a real LFS server (giftless) on loopback.
+
+Endpoint discovery follows git-lfs rule by rule; transfers go through the
+Batch API with credentials from git's credential helper only; what the
+server holds is never sent again; a corrupt object is never yielded; faults
+from a proxy in front of the server are retried until the bytes arrive whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from git_mgit.gitcmd import find_repo
+from git_mgit.transfer.stores.blobs import BlobStoreError, Pointer
+from git_mgit.transfer.stores.lfs import LfsStore, auth, endpoint_for, may_send_credentials
+from git_mgit.transfer.stores.lfs.auth import Access
+from git_mgit.transfer.stores.lfs.creds import GitCredentials
+from git_mgit.transfer.stores.lfs.endpoint import SshTarget
+from git_mgit.transfer.stores.lfs.gitconfig import LfsConfig
+from git_mgit.transfer.stores.lfs.http import Http, Timeouts
+from git_mgit.transfer.stores.lfs.sshauth import ssh_argv
+from tests.gitsandbox import commit_files, init_repo, run_git
+from tests.servers.faults import FaultProxy
+from tests.servers.lfs import LfsServer
+
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_memory() -> Iterator[None]:
+    """Each test starts as a new process would: no credentials remembered."""
+    auth.forget()
+    yield
+    auth.forget()
+
+
+def blobs(*sizes: int) -> dict[Pointer, bytes]:
+    datas = [os.urandom(n) for n in sizes]
+    return {Pointer.of(d): d for d in datas}
+
+
+def store_for(repo_dir: Path, remote: str = "origin") -> LfsStore:
+    store = LfsStore.for_remote(find_repo(repo_dir), remote)
+    assert store is not None
+    return store
+
+
+@pytest.fixture
+def lfs_repo(lfs_server: LfsServer, workrepo: Path) -> Path:
+    """A working repository whose origin is the server's org/repo (LFS found from its URL)."""
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=workrepo)
+    return workrepo
+
+
+# -- endpoint discovery ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "api", "ssh", "known"),
+    [
+        (
+            "https://huggingface.co/org/model",
+            "https://huggingface.co/org/model.git/info/lfs",
+            None,
+            True,
+        ),
+        (
+            "https://git.example.org/g/r.git/",
+            "https://git.example.org/g/r.git/info/lfs",
+            None,
+            False,
+        ),
+        ("git://example.org/r.git", "https://example.org/r.git/info/lfs", None, False),
+        (
+            "ssh://git@ssh.github.com:443/org/repo.git",
+            "https://ssh.github.com/org/repo.git/info/lfs",
+            SshTarget("git@ssh.github.com", "443", "/org/repo.git"),
+            True,
+        ),
+        (
+            "git@gitlab.com:team/model",
+            "https://gitlab.com/team/model.git/info/lfs",
+            SshTarget("git@gitlab.com", None, "team/model"),
+            True,
+        ),
+    ],
+)
+def test_endpoint_is_derived_from_the_remote_url(
+    workrepo: Path, url: str, api: str, ssh: SshTarget | None, known: bool
+) -> None:
+    run_git("remote", "add", "origin", url, cwd=workrepo)
+    endpoint = endpoint_for(find_repo(workrepo), "origin")
+    assert endpoint is not None
+    assert (endpoint.url, endpoint.ssh, endpoint.known_host) == (api, ssh, known)
+    assert not endpoint.configured and endpoint.source == "the URL of remote origin"
+
+
+def test_local_remotes_have_no_endpoint(workrepo: Path, bare_remote) -> None:
+    repo = find_repo(workrepo)
+    run_git("remote", "add", "file", bare_remote.url, cwd=workrepo)
+    run_git("remote", "add", "path", str(bare_remote.path), cwd=workrepo)
+    assert endpoint_for(repo, "file") is None
+    assert endpoint_for(repo, "path") is None
+    assert endpoint_for(repo, "no-such-remote") is None
+
+
+def test_configured_urls_win_in_git_lfs_order(workrepo: Path) -> None:
+    repo = find_repo(workrepo)
+
+    def config(key: str, value: str) -> None:
+        run_git("config", key, value, cwd=workrepo)
+
+    config("remote.origin.url", "https://example.org/team/model")
+    config("remote.origin.pushurl", "https://push.example.org/team/model")
+    derived = endpoint_for(repo, "origin", "upload")
+    assert derived is not None and derived.url == "https://push.example.org/team/model.git/info/lfs"
+
+    config("remote.origin.lfsurl", "https://lfs.example.org/remote")
+    found = endpoint_for(repo, "origin")
+    assert found is not None and found.configured
+    assert (found.url, found.source) == (
+        "https://lfs.example.org/remote",
+        "remote.origin.lfsurl in git config",
+    )
+    config("lfs.url", "https://lfs.example.org/global")  # git-lfs: lfs.url before remote's
+    config("lfs.pushurl", "https://lfs.example.org/push")
+    assert endpoint_for(repo, "origin").url == "https://lfs.example.org/global"  # type: ignore[union-attr]
+    assert endpoint_for(repo, "origin", "upload").url == "https://lfs.example.org/push"  # type: ignore[union-attr]
+
+
+def test_lfsconfig_is_read_from_the_tree_and_git_config_wins(workrepo: Path) -> None:
+    repo = find_repo(workrepo)
+    run_git("remote", "add", "origin", "https://example.org/team/model", cwd=workrepo)
+    lfsconfig = '[lfs]\n\turl = https://lfs.example.org/committed\n[remote "origin"]\n\turl = https://evil.example.org/x\n'
+    commit_files(workrepo, {".lfsconfig": lfsconfig}, "lfs config")
+    found = endpoint_for(repo, "origin")
+    assert found is not None
+    assert (found.url, found.source) == (
+        "https://lfs.example.org/committed",
+        "lfs.url in .lfsconfig",
+    )
+    assert found.remote_url == "https://example.org/team/model"  # remote.*.url there is ignored
+
+    (workrepo / ".lfsconfig").unlink()  # still in the index and in HEAD
+    assert endpoint_for(repo, "origin").url == "https://lfs.example.org/committed"  # type: ignore[union-attr]
+
+    run_git("config", "lfs.url", "https://lfs.example.org/local", cwd=workrepo)
+    found = endpoint_for(repo, "origin")
+    assert found is not None
+    assert (found.url, found.source) == ("https://lfs.example.org/local", "lfs.url in git config")
+
+
+def test_insteadof_rewrites_the_remote_url_first(workrepo: Path) -> None:
+    run_git("config", "url.https://hf.example.org/.insteadOf", "hf:", cwd=workrepo)
+    run_git("remote", "add", "origin", "hf:org/model", cwd=workrepo)
+    found = endpoint_for(find_repo(workrepo), "origin")
+    assert found is not None and found.url == "https://hf.example.org/org/model.git/info/lfs"
+
+
+def test_ssh_program_is_chosen_as_git_chooses_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = SshTarget("git@host.example", "2222", "org/repo")
+    config = LfsConfig({"core.sshcommand": ["configured-ssh -v"]})
+    cmd = "git-lfs-authenticate org/repo download"
+    for var in ("GIT_SSH_COMMAND", "GIT_SSH", "GIT_SSH_VARIANT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GIT_SSH", "/opt/bin/plink")
+    shell = ["sh", "-c", 'configured-ssh -v "$@"', "configured-ssh -v"]
+    assert ssh_argv(config, target, cmd) == [*shell, "-p", "2222", "git@host.example", cmd]
+    assert ssh_argv(LfsConfig(), target, cmd) == [
+        *["/opt/bin/plink", "-P", "2222"],
+        *["git@host.example", cmd],
+    ]
+    monkeypatch.setenv("GIT_SSH_COMMAND", "env-ssh")
+    assert ssh_argv(config, target, cmd)[:4] == ["sh", "-c", 'env-ssh "$@"', "env-ssh"]
+
+
+def test_ssh_host_that_looks_like_an_option_is_refused(workrepo: Path) -> None:
+    run_git("remote", "add", "origin", "ssh://-oProxyCommand=touch%20x/repo", cwd=workrepo)
+    with pytest.raises(BlobStoreError, match="refusing ssh host"):
+        endpoint_for(find_repo(workrepo), "origin")
+
+
+# -- transfers -------------------------------------------------------------------------
+
+
+def test_upload_then_download_is_byte_exact(lfs_server: LfsServer, lfs_repo: Path) -> None:
+    objects = blobs(0, 1, 1000, 3 * MiB + 7)
+    store = store_for(lfs_repo)
+    assert store.describe() == f"Git LFS at {lfs_server.lfs_url()}"
+    assert sorted(store.missing(list(objects))) == sorted(p for p in objects if p.size)
+    moved: list[int] = []
+    threads: set[str] = set()
+
+    def progress(n: int) -> None:
+        moved.append(n)
+        threads.add(threading.current_thread().name)
+
+    assert store.upload(list(objects), objects.__getitem__, progress) == 3
+    assert sum(moved) == sum(p.size for p in objects)
+    assert threads == {"MainThread"}
+    for pointer, data in objects.items():
+        if pointer.size:
+            assert lfs_server.stored(pointer.oid).read_bytes() == data
+    assert store.missing(list(objects)) == []
+
+    moved.clear()
+    got = dict(store.download(list(objects), progress))
+    assert got == objects
+    assert sum(moved) == sum(p.size for p in objects)
+    assert threads == {"MainThread"}
+    store.close()
+
+
+def test_an_object_the_server_holds_is_not_sent_again(
+    lfs_server: LfsServer, lfs_repo: Path
+) -> None:
+    first, second = blobs(2000), blobs(3000)
+    store = store_for(lfs_repo)
+    assert store.upload(list(first), first.__getitem__) == 1
+    both = {**first, **second}
+    assert store.upload(list(both), both.__getitem__) == 1
+    assert store.upload(list(both), both.__getitem__) == 0
+    assert sorted(lfs_server.uploads()) == sorted(p.oid for p in both)
+
+
+def test_batches_hold_at_most_100_objects(lfs_server: LfsServer, lfs_repo: Path) -> None:
+    objects = blobs(*([100] * 150))
+    store = store_for(lfs_repo)
+    store.missing([])  # nothing to ask: no request
+
+    def batches() -> int:
+        return sum(
+            h.method == "POST" and h.path.endswith("/objects/batch") and h.status == 200
+            for h in lfs_server.requests
+        )
+
+    assert store.upload(list(objects), objects.__getitem__) == 150
+    assert batches() == 2
+    assert dict(store.download(list(objects))) == objects
+    assert batches() == 4
+    assert len(lfs_server.uploads()) == 150
+
+
+def test_a_corrupt_stored_object_is_never_yielded(lfs_server: LfsServer, lfs_repo: Path) -> None:
+    objects = blobs(MiB)
+    (pointer,) = objects
+    store = store_for(lfs_repo)
+    store.upload([pointer], objects.__getitem__)
+    stored = lfs_server.stored(pointer.oid)
+    damaged = bytearray(stored.read_bytes())
+    damaged[12345] ^= 0x40
+    stored.write_bytes(bytes(damaged))
+    yielded = []
+    with pytest.raises(BlobStoreError) as failure:
+        yielded.extend(store.download([pointer]))
+    assert yielded == []
+    message = str(failure.value)
+    assert "corrupt object sha256:" + pointer.oid[:12] in message
+    assert lfs_server.lfs_url() in message and "\n" not in message
+
+
+def test_a_missing_object_is_named(lfs_server: LfsServer, lfs_repo: Path) -> None:
+    present, absent = blobs(100), blobs(200, 300)
+    store = store_for(lfs_repo)
+    store.upload(list(present), present.__getitem__)
+    for asked in ([*present, *absent], list(absent)):  # some there (200 + errors), none (404)
+        with pytest.raises(BlobStoreError, match=r"would not give object sha256:[0-9a-f]{12}"):
+            list(store.download(asked))
+    assert sorted(store.missing([*present, *absent])) == sorted(absent)
+
+
+# -- credentials -----------------------------------------------------------------------
+
+
+def test_wrong_password_is_one_line_and_rejected(
+    lfs_server: LfsServer, lfs_repo: Path, tmp_path: Path
+) -> None:
+    helper_file = tmp_path / "git-credentials"
+    lfs_server.store_credentials(helper_file, password="not-the-password")
+    objects = blobs(100)
+    with pytest.raises(BlobStoreError) as failure:
+        store_for(lfs_repo).upload(list(objects), objects.__getitem__)
+    message = str(failure.value)
+    assert "refused the credentials" in message and "git credential reject" in message
+    assert "\n" not in message
+    assert "not-the-password" not in message and lfs_server.password not in message
+    assert helper_file.read_text() == ""  # git credential reject erased them from the store
+
+
+def test_no_credential_helper_fails_at_once(lfs_server: LfsServer, lfs_repo: Path) -> None:
+    run_git("config", "--global", "--unset", "credential.helper", cwd=lfs_repo)
+    objects = blobs(100)
+    with pytest.raises(BlobStoreError, match="no git credential helper gave any"):
+        store_for(lfs_repo).upload(list(objects), objects.__getitem__)
+
+
+_SCRIPT = """
+import os, sys
+from git_mgit.gitcmd import find_repo
+from git_mgit.transfer.stores.blobs import BlobStoreError, Pointer
+from git_mgit.transfer.stores.lfs import LfsStore
+data = os.urandom(70000)
+pointer = Pointer.of(data)
+store = LfsStore.for_remote(find_repo(sys.argv[1]), "origin")
+try:
+    store.upload([pointer], lambda p: data)
+    assert dict(store.download([pointer])) == {pointer: data}
+    print("round trip ok")
+except BlobStoreError as exc:
+    print(exc)
+"""
+
+
+def test_the_password_never_shows_in_output_or_traces(
+    lfs_server: LfsServer, lfs_repo: Path, tmp_path: Path
+) -> None:
+    env = {**os.environ, "GIT_TRACE": "1", "GIT_CURL_VERBOSE": "1", "GIT_TRACE_CURL": "1"}
+    secrets_ = [lfs_server.password, "wrong-password-123"]
+    secrets_ += [base64.b64encode(f"{lfs_server.username}:{s}".encode()).decode() for s in secrets_]
+
+    def run(*argv: str) -> str:
+        proc = subprocess.run(argv, cwd=lfs_repo, env=env, capture_output=True, text=True)
+        return proc.stdout + proc.stderr
+
+    outputs = [run(sys.executable, "-c", _SCRIPT, str(lfs_repo))]
+    outputs.append(run("git", "ls-remote", "origin"))
+    lfs_server.store_credentials(tmp_path / "git-credentials", password="wrong-password-123")
+    outputs.append(run(sys.executable, "-c", _SCRIPT, str(lfs_repo)))
+    assert "round trip ok" in outputs[0] and "trace git-mgit lfs: PUT" in outputs[0]
+    assert "refused the credentials" in outputs[2]
+    for output in outputs:
+        for secret in secrets_:
+            assert secret not in output
+
+
+class _Redirector(BaseHTTPRequestHandler):
+    """Asks for Basic credentials, then redirects to `server.target` (another host)."""
+
+    protocol_version = "HTTP/1.1"
+    server: _RecordingServer
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        authorization = self.headers.get("Authorization")
+        self.server.seen.append(authorization)
+        self.send_response(
+            (307 if authorization else 401) if self.server.target else 404, "see seen"
+        )
+        if self.server.target:
+            self.send_header("Location", self.server.target + self.path)
+        self.send_header("WWW-Authenticate", 'Basic realm="r"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _RecordingServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, target: str | None) -> None:
+        super().__init__(("127.0.0.1", 0), _Redirector)
+        self.target, self.seen = target, []
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def test_a_redirect_to_another_host_drops_authorization(
+    lfs_server: LfsServer, workrepo: Path, tmp_path: Path
+) -> None:
+    other = _RecordingServer(None)
+    front = _RecordingServer(f"http://localhost:{other.server_address[1]}")
+    try:
+        front_url = f"http://127.0.0.1:{front.server_address[1]}"
+        lfs_server.store_credentials(tmp_path / "git-credentials", also=(front_url,))
+        run_git("config", "lfs.url", f"{front_url}/org/repo.git/info/lfs", cwd=workrepo)
+        run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=workrepo)
+        objects = list(blobs(10))
+        assert store_for(workrepo).missing(objects) == objects  # the other host: 404
+        assert front.seen[0] is None and front.seen[1].startswith("Basic ")  # type: ignore[union-attr]
+        assert other.seen == [None]
+    finally:
+        for server in (front, other):
+            server.shutdown()
+            server.server_close()
+
+
+def test_credentials_go_over_https_or_to_loopback_only(tmp_path: Path) -> None:
+    allowed = ["https://example.org/x", "http://127.0.0.1:8080/x", "http://127.4.5.6/x"]
+    allowed += ["http://localhost/x", "http://[::1]:9/x"]
+    refused = ["http://example.org/x", "http://10.1.2.3/x", "http://127.0.0.1.example.org/x"]
+    refused += ["ftp://127.0.0.1/x"]
+    assert all(may_send_credentials(u) for u in allowed)
+    assert not any(may_send_credentials(u) for u in refused)
+    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts())
+    with pytest.raises(BlobStoreError, match="refusing to send credentials over plain http"):
+        # Refused before any connection is made: no traffic leaves this machine.
+        http.send("GET", "http://lfs.example.org/o?jwt=t0ken", headers={"Authorization": "x"})
+
+
+def test_an_ssh_remote_authenticates_through_git_lfs_authenticate(
+    lfs_server: LfsServer, workrepo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = tmp_path / "authenticate.json"
+    basic = base64.b64encode(f"{lfs_server.username}:{lfs_server.password}".encode()).decode()
+    header = {"Authorization": f"Basic {basic}"}
+    answer.write_text(
+        json.dumps({"href": lfs_server.lfs_url(), "header": header, "expires_in": 60})
+    )
+    calls = tmp_path / "ssh-calls.jsonl"
+    fake_ssh = tmp_path / "fake-ssh"
+    fake_ssh.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"print(open({str(answer)!r}).read())\n"
+    )
+    fake_ssh.chmod(0o755)
+    monkeypatch.setenv("GIT_SSH_COMMAND", f"{fake_ssh} -o BatchMode=yes")
+    run_git("config", "--global", "--unset", "credential.helper", cwd=workrepo)  # ssh's only
+    run_git("remote", "add", "origin", "ssh://git@lfs.example.invalid:2222/org/repo", cwd=workrepo)
+    objects = blobs(5000, 70000)
+    store = store_for(workrepo)
+    assert store.endpoint.url == "https://lfs.example.invalid/org/repo.git/info/lfs"
+    assert store.upload(list(objects), objects.__getitem__) == 2
+    assert dict(store.download(list(objects))) == objects
+    ran = [json.loads(line) for line in calls.read_text().splitlines()]
+    base = ["-o", "BatchMode=yes", "-p", "2222", "git@lfs.example.invalid"]
+    assert ran == [
+        [*base, "git-lfs-authenticate /org/repo upload"],
+        [*base, "git-lfs-authenticate /org/repo download"],
+    ]
+
+
+# -- git and git-lfs through the same server -------------------------------------------
+
+
+def test_git_and_git_lfs_push_and_clone_through_the_server(
+    lfs_server: LfsServer, tmp_path: Path
+) -> None:
+    if subprocess.run(["git", "lfs", "version"], capture_output=True).returncode:
+        pytest.skip("git-lfs is not installed (scripts/test installs it)")
+    run_git("lfs", "install", "--skip-repo", cwd=tmp_path)
+    work = init_repo(tmp_path / "lfs-work")
+    run_git("lfs", "track", "*.bin", cwd=work)
+    run_git("add", ".gitattributes", cwd=work)
+    model = os.urandom(2 * MiB)
+    commit_files(work, {"model.bin": model, "README": "x\n"}, "model")
+    run_git("push", lfs_server.repo_url("org/lfs"), "main", cwd=work)
+    clone = tmp_path / "clone"
+    run_git("clone", "--quiet", lfs_server.repo_url("org/lfs"), clone, cwd=tmp_path)
+    assert (clone / "model.bin").read_bytes() == model
+    assert lfs_server.stored(Pointer.of(model).oid, "org/lfs").read_bytes() == model
+
+
+# -- faults ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def proxied(lfs_server: LfsServer, lfs_repo: Path, tmp_path: Path) -> Iterator[FaultProxy]:
+    """The repo's LFS traffic goes through a fault proxy; retries are quick."""
+    with FaultProxy(lfs_server.url) as proxy:
+        lfs_server.store_credentials(tmp_path / "git-credentials", also=(proxy.url,))
+        run_git("config", "lfs.url", f"{proxy.url}/org/repo.git/info/lfs", cwd=lfs_repo)
+        run_git("config", "lfs.transfer.maxretries", "4", cwd=lfs_repo)
+        run_git("config", "lfs.transfer.maxretrydelay", "0", cwd=lfs_repo)
+        yield proxy
+
+
+def test_transfers_survive_errors_and_dropped_connections(
+    lfs_server: LfsServer, lfs_repo: Path, proxied: FaultProxy
+) -> None:
+    objects = blobs(2 * MiB, 2 * MiB + 1, 3 * MiB)
+    store = store_for(lfs_repo)
+    proxied.fail("POST", "/objects/batch", status=503)
+    proxied.fail("PUT", status=429, headers={"Retry-After": "1"})
+    proxied.drop_request("PUT", "/objects/storage/", after=256 * 1024)
+    assert store.upload(list(objects), objects.__getitem__) == 3
+    assert proxied.armed == 0
+    for pointer, data in objects.items():
+        assert lfs_server.stored(pointer.oid).read_bytes() == data
+
+    proxied.fail("GET", status=500)
+    proxied.drop_response("GET", "/objects/storage/", after=MiB)
+    proxied.drop_response("POST", "/objects/batch", after=10)
+    assert dict(store.download(list(objects))) == objects
+    assert proxied.armed == 0
+    assert len(lfs_server.uploads()) >= 3  # a dropped upload may have reached the server
+
+
+def test_retries_run_out_with_one_line(lfs_repo: Path, proxied: FaultProxy) -> None:
+    proxied.fail("POST", "/objects/batch", status=502, times=10)
+    objects = blobs(100)
+    with pytest.raises(BlobStoreError) as failure:
+        store_for(lfs_repo).upload(list(objects), objects.__getitem__)
+    message = str(failure.value)
+    assert "failed after 4 retries (HTTP 502" in message and "\n" not in message
+    assert proxied.count("POST", "/objects/batch") == 5
+
+
+def test_the_servers_message_reaches_the_user(lfs_repo: Path, proxied: FaultProxy) -> None:
+    refusal = {"message": "Quota exceeded for org", "documentation_url": "https://help.example"}
+    proxied.fail("POST", "/objects/batch", status=403, body=json.dumps(refusal).encode())
+    objects = blobs(100)
+    with pytest.raises(BlobStoreError) as failure:
+        store_for(lfs_repo).upload(list(objects), objects.__getitem__)
+    message = str(failure.value)
+    assert "HTTP 403: Quota exceeded for org (see https://help.example)" in message
+    assert "may write to this repository" in message
+
+
+def test_a_refused_action_is_renewed_once(lfs_repo: Path, proxied: FaultProxy) -> None:
+    objects = blobs(5000)
+    store = store_for(lfs_repo)
+    store.upload(list(objects), objects.__getitem__)
+    before = proxied.count("POST", "/objects/batch")
+    proxied.fail("GET", "/objects/storage/", status=401)  # as an expired token would be
+    assert dict(store.download(list(objects))) == objects
+    assert proxied.count("POST", "/objects/batch") == before + 2  # the batch, then renewal
+    proxied.fail("GET", "/objects/storage/", status=403, times=2)
+    with pytest.raises(BlobStoreError, match=r"downloading object sha256:\w{12} failed \(HTTP 403"):
+        list(store.download(list(objects)))

@@ -1,0 +1,351 @@
+"""Tensor objects where hosts want them: Git LFS and S3 stores against real servers.
+
+giftless (Git LFS, beside git http-backend, behind HTTP Basic auth) and
+SeaweedFS (S3) run on 127.0.0.1; a fault-injecting proxy goes in front of
+either; a bare remote applies the Hugging Face Hub's rules in a pre-receive
+hook. The workflows every store must pass (clone, on-demand checkout, merge,
+rebase, prune, pushes from partial clones...) are in test_transfer.py, run
+once per store; this file holds what is particular to the stores.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from git_mgit.gitcmd import find_repo
+from git_mgit.transfer.stores.choice import choose
+from tests.gitsandbox import clone, init_bare_remote, run_git
+from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
+from tests.servers.hub import enforce_hub_rules
+
+MODEL = "model.safetensors"
+
+
+def commit_versions(root: Path, versions: list[bytes], path: str = MODEL) -> list[str]:
+    commits = []
+    for i, data in enumerate(versions):
+        (root / path).write_bytes(data)
+        run_git("add", path, cwd=root)
+        run_git("commit", "-q", "-m", f"v{i}", cwd=root)
+        commits.append(run_git("rev-parse", "HEAD", cwd=root).stdout.strip())
+    return commits
+
+
+def series(n: int, seed: int = 1, size: int = 256) -> list[bytes]:
+    out = [model_bytes(seed, n=size)]
+    for i in range(1, n):
+        out.append(model_bytes(seed + i, n=size, base=tensors_of(out[-1]), step=1e-4))
+    return out
+
+
+def git_blobs(bare: Path) -> dict[str, int]:
+    """Every blob in a repository, with its size."""
+    out = run_git(
+        "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype) %(objectsize)",
+        cwd=bare,
+    ).stdout  # fmt: skip
+    return {
+        o: int(n) for o, kind, n in (line.split() for line in out.splitlines()) if kind == "blob"
+    }
+
+
+def pointer_refs_only(bare: Path) -> bool:
+    """Whether every version ref on `bare` files pointers (.lfs), none of them an object."""
+    refs = run_git("for-each-ref", "--format=%(objectname)", "refs/mgit/v/", cwd=bare).stdout
+    names = [
+        line.rsplit("/", 1)[-1]
+        for ref in refs.split()
+        for line in run_git("ls-tree", "-r", ref, cwd=bare).stdout.splitlines()
+    ]
+    return bool(names) and all(n.endswith(".lfs") for n in names)
+
+
+def test_the_hubs_rules_refuse_version_refs_and_accept_lfs(lfs_server, tmp_path: Path) -> None:
+    """A 3 MB model: the refs store's push is refused by the Hub's hook, whose own words and
+    the one-line fix reach the user; with `mgit.store lfs` the push succeeds and a fresh
+    clone is byte-exact."""
+    url = lfs_server.repo_url()
+    bare = lfs_server.git_root / "org" / "repo.git"
+    enforce_hub_rules(bare)
+    root = init_mgit_repo(tmp_path / "src")
+    data = model_bytes(5, n=12000)
+    commit_versions(root, [data])
+    run_git("remote", "add", "origin", url, cwd=root)
+    refused = run_git("push", "origin", "main", cwd=root, check=False)
+    assert refused.returncode != 0
+    assert "remote: Your push was rejected because it contains binary files" in refused.stderr
+    assert "git config mgit.store lfs" in refused.stderr
+    assert not run_git("ls-remote", url, cwd=root).stdout  # nothing landed
+
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("push", "-q", "origin", "main", cwd=root)
+    assert pointer_refs_only(bare)
+    assert max(git_blobs(bare).values()) < 1000 * 1000  # what git holds: text, small
+    assert lfs_server.uploads()  # the bytes went to LFS
+    fresh = clone(url, tmp_path / "fresh")  # needs nothing: the remote records its store
+    assert (fresh / MODEL).read_bytes() == data and status_porcelain(fresh) == ""
+    store = mgit("store", cwd=fresh).stdout
+    assert f"origin: Git LFS at {lfs_server.lfs_url()}" in store
+    assert "the remote records it" in store
+
+
+def test_which_store_a_remote_uses_and_why(tmp_path: Path) -> None:
+    root = init_mgit_repo(tmp_path / "src")
+    repo = find_repo(root)
+    bare = init_bare_remote(tmp_path / "remote.git")
+    run_git("remote", "add", "origin", bare.url, cwd=root)
+    for name, url in (
+        ("hub", "https://huggingface.co/org/model"),
+        ("gh", "git@github.com:org/model.git"),
+        ("corp", "https://git.example.invalid/org/model.git"),
+    ):
+        run_git("remote", "add", name, url, cwd=root)
+    assert (choose(repo, "origin").kind, choose(repo, "corp").kind) == ("refs", "refs")
+    assert choose(repo, "hub").kind == choose(repo, "gh").kind == "lfs"
+    assert "huggingface.co runs Git LFS" in choose(repo, "hub").reason
+    run_git("config", "remote.corp.lfsurl", "https://lfs.example.invalid/org/model", cwd=root)
+    assert choose(repo, "corp").kind == "lfs" and "configured" in choose(repo, "corp").reason
+    run_git("config", "mgit.store", "s3://team-models/base", cwd=root)
+    run_git("config", "mgit.s3Endpoint", "http://127.0.0.1:9", cwd=root)
+    s3 = choose(repo, "hub")
+    assert s3.kind == "s3" and s3.url == "s3://team-models/base?endpoint=http://127.0.0.1:9"
+    run_git("config", "remote.hub.mgitStore", "lfs", cwd=root)
+    assert (
+        choose(repo, "hub").kind == "lfs" and "remote.hub.mgitStore" in choose(repo, "hub").reason
+    )
+    assert choose(repo, "origin", recorded="lfs").kind == "s3"  # configured beats recorded
+    run_git("config", "mgit.store", "nonsense", cwd=root)
+    with pytest.raises(Exception, match="not a store; use auto, refs, lfs or s3://"):
+        choose(repo, "origin")
+    run_git("config", "--unset", "mgit.store", cwd=root)
+    for name in ("hub", "gh", "corp"):  # no network here: keep the remotes it can ask
+        run_git("remote", "remove", name, cwd=root)
+    out = mgit("store", cwd=root).stdout  # asks only the reachable file:// remote for a record
+    assert "origin: version refs in its git repository" in out
+
+
+@pytest.mark.parametrize("target", ["lfs", "s3"])
+def test_migrate_from_refs_keeps_every_clone_working(
+    target: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """20 versions in version refs, migrated: a clone made before still checks out every
+    version, a fresh clone after does too (with nothing configured), and pushes from either
+    go to the new store."""
+    versions = series(20)
+    if target == "lfs":
+        server = request.getfixturevalue("lfs_server")
+        url, bare, to = server.repo_url(), server.git_root / "org" / "repo.git", "lfs"
+    else:
+        bucket = request.getfixturevalue("s3_bucket")
+        remote = init_bare_remote(tmp_path / "remote.git")
+        url, bare, to = remote.url, remote.path, bucket.url()
+    run_git("config", "--global", "mgit.chunkSize", "8192", cwd=tmp_path)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions)
+    run_git("remote", "add", "origin", url, cwd=root)
+    run_git("push", "-q", "-u", "origin", "main", cwd=root)
+    assert not pointer_refs_only(bare)  # version refs first
+    before = clone(url, tmp_path / "before")
+    assert local_objects(before) < local_objects(root)  # a partial clone: HEAD's objects
+
+    moved = mgit("store", "migrate", "--to", to, cwd=root)
+    assert "20 of 20 version(s) republished" in moved.stderr, moved.stderr
+    assert pointer_refs_only(bare)
+    run_git("gc", "-q", "--prune=now", cwd=bare)  # the old objects in git: gone
+    assert max(git_blobs(bare).values()) < 4096
+
+    for work in (before, clone(url, tmp_path / "after")):
+        for commit, data in zip(commits, versions, strict=True):
+            run_git("checkout", "-q", commit, cwd=work)
+            assert (work / MODEL).read_bytes() == data
+        run_git("checkout", "-q", "main", cwd=work)
+        mgit("fsck", cwd=work)
+    newer = model_bytes(99, base=tensors_of(versions[-1]), step=1e-4)
+    commit_versions(before, [newer])
+    run_git("push", "-q", "origin", "main", cwd=before)  # auto: the recorded store
+    assert pointer_refs_only(bare)
+    fresh = clone(url, tmp_path / "fresh")
+    assert (fresh / MODEL).read_bytes() == newer
+
+
+def local_objects(work: Path) -> int:
+    return len(git_blobs(work / ".git"))
+
+
+def test_a_push_setting_never_breaks_git_add(tmp_path: Path, bare_remote) -> None:
+    """mgit.maxPushSize below mgit.maxObjectSize on its own: objects follow the smaller."""
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("config", "mgit.maxPushSize", "100k", cwd=root)
+    data = model_bytes(3, n=1200)  # a 300 KiB tensor
+    commit_versions(root, [data])
+    assert max(git_blobs(root / ".git").values()) <= 100 * 1024
+    run_git("remote", "add", "origin", bare_remote.url, cwd=root)
+    run_git("push", "-q", "origin", "main", cwd=root)
+    assert (clone(bare_remote.url, tmp_path / "c") / MODEL).read_bytes() == data
+
+
+def test_credentials_never_appear_in_output_or_traces(lfs_server, tmp_path: Path) -> None:
+    """Every stream and GIT_TRACE=1 trace of a push and a clone through Git LFS, grepped for
+    the password (plain, URL-quoted and inside a Basic header)."""
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("config", "--global", "mgit.store", "lfs", cwd=tmp_path)
+    commit_versions(root, series(2))
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    env = {
+        **os.environ,
+        "GIT_TRACE": "1",
+        "GIT_TRACE_PACKET": "1",
+        "GIT_CURL_VERBOSE": "1",
+        "GIT_TRACE_CURL": "1",
+        "GIT_TRACE2_EVENT": str(tmp_path / "trace2.json"),
+    }
+    outputs = []
+    for args, cwd in (
+        (["push", "-u", "origin", "main"], root),
+        (["clone", lfs_server.repo_url(), str(tmp_path / "c")], tmp_path),
+    ):
+        proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        outputs += [proc.stdout, proc.stderr]
+    outputs.append((tmp_path / "trace2.json").read_text())
+    assert lfs_server.uploads() and (tmp_path / "c" / MODEL).exists()
+    secret = lfs_server.password
+    basic = base64.b64encode(f"{lfs_server.username}:{secret}".encode()).decode()
+    for text in outputs:
+        assert secret not in text and basic not in text
+
+
+@pytest.mark.parametrize("kind", ["lfs", "s3"])
+def test_a_corrupt_object_is_one_line_and_writes_nothing(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    root = init_mgit_repo(tmp_path / "src")
+    data = model_bytes(11, n=2000)
+    commit_versions(root, [data])
+    if kind == "lfs":
+        server = request.getfixturevalue("lfs_server")
+        url, where = server.repo_url(), "Git LFS at"
+        run_git("config", "--global", "mgit.store", "lfs", cwd=tmp_path)
+    else:
+        bucket = request.getfixturevalue("s3_bucket")
+        url, where = init_bare_remote(tmp_path / "remote.git").url, f"s3://{bucket.name}/"
+        run_git("config", "--global", "mgit.store", bucket.url(), cwd=tmp_path)
+    run_git("remote", "add", "origin", url, cwd=root)
+    run_git("push", "-q", "origin", "main", cwd=root)
+    corrupt_largest(kind, request, tmp_path)
+    proc = run_git("clone", url, str(tmp_path / "c"), cwd=tmp_path, check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("git-mgit:")]
+    assert len(lines) == 1, proc.stderr
+    assert MODEL in lines[0] and where in lines[0] and "corrupt" in lines[0]
+    assert not (tmp_path / "c" / MODEL).exists()
+
+
+def corrupt_largest(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Flip a byte of the largest stored object, in place on the server."""
+    if kind == "lfs":
+        storage = request.getfixturevalue("lfs_server").storage
+        path = max((p for p in storage.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        path.chmod(0o644)
+        path.write_bytes(bytes(raw))
+        return
+    import obstore
+    from obstore.store import S3Store
+
+    bucket = request.getfixturevalue("s3_bucket")
+    store = S3Store(
+        bucket.name,
+        endpoint=bucket.endpoint,
+        region="us-east-1",
+        client_options={"allow_http": True},
+    )
+    listing = obstore.list(store, prefix="models/").collect()
+    largest = max(listing, key=lambda m: m["size"])
+    raw = bytearray(bytes(obstore.get(store, largest["path"]).bytes()))
+    raw[len(raw) // 2] ^= 0xFF
+    obstore.put(store, largest["path"], bytes(raw))
+
+
+def test_git_lfs_and_git_mgit_side_by_side(lfs_server, tmp_path: Path) -> None:
+    """git-lfs tracks *.bin, git-mgit *.safetensors, in one repository on one LFS server:
+    both filters and both pre-push hooks work, and a fresh clone has both files."""
+    if shutil.which("git-lfs") is None:
+        pytest.fail("git-lfs is not installed: scripts/test installs it (apt-get install git-lfs)")
+    run_git("lfs", "install", "--skip-repo", cwd=tmp_path)  # both filters, for every clone
+    root = tmp_path / "src"
+    root.mkdir()
+    run_git("init", "-q", cwd=root)
+    run_git("lfs", "install", "--local", cwd=root)
+    init_mgit_repo(root)  # git mgit install + track, after git-lfs: its hooks are chained
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("lfs", "track", "*.bin", cwd=root)
+    blob = os.urandom(300_000)
+    (root / "data.bin").write_bytes(blob)
+    versions = series(2)
+    run_git("add", ".gitattributes", "data.bin", cwd=root)
+    commit_versions(root, versions)
+    pre_push = (root / ".git" / "hooks" / "pre-push").read_text()
+    assert "mgit" in pre_push
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    run_git("push", "-q", "origin", "main", cwd=root)
+    assert len(lfs_server.uploads()) >= 2  # git-lfs's object and git-mgit's
+    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
+    assert (fresh / "data.bin").read_bytes() == blob
+    assert (fresh / MODEL).read_bytes() == versions[-1]
+    assert status_porcelain(fresh) == ""
+    run_git("checkout", "-q", "HEAD~1", cwd=fresh)
+    assert (fresh / MODEL).read_bytes() == versions[0]
+
+
+@pytest.mark.parametrize("kind", ["lfs", "s3"])
+def test_push_and_clone_through_faults_complete_byte_exact(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A proxy in front of the store answers 500 and 429 and drops connections mid-object,
+    both ways: the push and a fresh clone still complete, byte for byte."""
+    from tests.servers.faults import FaultProxy
+
+    versions = series(3, size=4000)  # 1 MB tensors: objects long enough to cut in the middle
+    run_git("config", "--global", "lfs.transfer.maxretrydelay", "1", cwd=tmp_path)
+    if kind == "lfs":
+        server = request.getfixturevalue("lfs_server")
+        url, upstream = server.repo_url(), server.url
+    else:
+        bucket = request.getfixturevalue("s3_bucket")
+        url, upstream = init_bare_remote(tmp_path / "remote.git").url, bucket.endpoint
+    with FaultProxy(upstream) as proxy:
+        if kind == "lfs":  # the LFS API through the proxy; git itself goes straight
+            server.store_credentials(tmp_path / "creds", also=(proxy.url,))
+            run_git(
+                "config", "--global", "lfs.url", f"{proxy.url}/org/repo.git/info/lfs", cwd=tmp_path
+            )
+            run_git("config", "--global", "mgit.store", "lfs", cwd=tmp_path)
+            put, get = r"/objects/storage/", r"/objects/storage/"
+        else:
+            run_git(
+                "config", "--global", "mgit.store", bucket.url(endpoint=proxy.url), cwd=tmp_path
+            )
+            put, get = r"/models/", r"/models/"
+        root = init_mgit_repo(tmp_path / "src")
+        commit_versions(root, versions)
+        run_git("remote", "add", "origin", url, cwd=root)
+        proxy.fail("PUT", put, status=500)
+        proxy.fail("PUT", put, status=429, headers={"Retry-After": "1"})
+        proxy.drop_request("PUT", put, after=300_000)
+        run_git("push", "-q", "origin", "main", cwd=root)
+        assert proxy.armed == 0
+        proxy.fail("GET", get, status=503)
+        proxy.fail("GET", get, status=429, headers={"Retry-After": "1"})
+        proxy.drop_response("GET", get, after=300_000)
+        fresh = clone(url, tmp_path / "fresh")
+        assert proxy.armed == 0
+        assert (fresh / MODEL).read_bytes() == versions[-1]
+        run_git("checkout", "-q", "HEAD~2", cwd=fresh)
+        assert (fresh / MODEL).read_bytes() == versions[0]

@@ -349,3 +349,57 @@ def test_push_and_clone_through_faults_complete_byte_exact(
         assert (fresh / MODEL).read_bytes() == versions[-1]
         run_git("checkout", "-q", "HEAD~2", cwd=fresh)
         assert (fresh / MODEL).read_bytes() == versions[0]
+
+
+def test_a_push_and_a_clone_cut_off_midway_resume_without_sending_anything_twice(
+    lfs_server, tmp_path: Path
+) -> None:
+    """The store fails for good after a few objects (retries run out): the push stops with
+    no version ref published, the clone's checkout with no file written. Run again, each
+    completes, and no object crosses the wire twice, either way."""
+    from tests.servers.faults import FaultProxy
+
+    versions = series(4)
+    for key, value in (
+        ("mgit.chunkSize", "8192"),
+        ("mgit.store", "lfs"),
+        ("lfs.concurrenttransfers", "1"),
+        ("lfs.transfer.maxretries", "1"),  # git-lfs's least: one retry, at once
+        ("lfs.transfer.maxretrydelay", "0"),
+    ):
+        run_git("config", "--global", key, value, cwd=tmp_path)
+    url = lfs_server.repo_url()
+    storage = r"/objects/storage/"
+    with FaultProxy(lfs_server.url) as proxy:
+        lfs_server.store_credentials(tmp_path / "creds", also=(proxy.url,))
+        run_git("config", "--global", "lfs.url", f"{proxy.url}/org/repo.git/info/lfs", cwd=tmp_path)
+        root = init_mgit_repo(tmp_path / "src")
+        commits = commit_versions(root, versions)
+        run_git("remote", "add", "origin", url, cwd=root)
+        proxy.fail("PUT", storage, status=500, times=10_000, skip=3)
+        cut = run_git("push", "origin", "main", cwd=root, check=False)
+        assert cut.returncode != 0 and "git-mgit:" in cut.stderr
+        assert len(lfs_server.uploads()) == 3
+        assert not run_git("ls-remote", url, cwd=root).stdout  # no ref names a missing object
+        proxy.clear()
+        run_git("push", "-q", "origin", "main", cwd=root)
+        uploads = lfs_server.uploads()
+        assert len(uploads) == len(set(uploads)) > 3  # each object sent once
+
+        proxy.fail("GET", storage, status=500, times=10_000, skip=2)
+        work = tmp_path / "clone"
+        failed = run_git("clone", url, str(work), cwd=tmp_path, check=False)
+        assert failed.returncode != 0 and "could not be fetched" in failed.stderr
+        assert not (work / MODEL).exists()
+        proxy.clear()
+        run_git("checkout", "-q", "-f", "HEAD", cwd=work)
+        assert (work / MODEL).read_bytes() == versions[-1]
+        for commit, data in zip(commits, versions, strict=True):
+            run_git("checkout", "-q", commit, cwd=work)
+            assert (work / MODEL).read_bytes() == data
+        gets = [
+            r.target.split("?")[0]
+            for r in proxy.requests
+            if r.method == "GET" and storage in r.target and r.status == 200
+        ]
+        assert len(gets) == len(set(gets))  # what was verified before the cut was kept

@@ -58,6 +58,7 @@ class _Fault:
     path: re.Pattern[str]
     times: int
     after: int = 0
+    skip: int = 0  # matching requests let through before the fault starts
     status: int = 500
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
@@ -106,15 +107,17 @@ class FaultProxy:
         times: int = 1,
         headers: Mapping[str, str] | None = None,
         body: bytes = b"",
+        skip: int = 0,
     ) -> None:
-        """The next `times` matching requests get `status` (and `headers`, `body`) from the
-        proxy; the upstream never sees them."""
+        """The next `times` matching requests (after `skip` of them pass) get `status` (and
+        `headers`, `body`) from the proxy; the upstream never sees them."""
         self._arm(
             _Fault(
                 "fail",
                 method,
                 re.compile(path),
                 times,
+                skip=skip,
                 status=status,
                 headers=tuple((headers or {}).items()),
                 body=body,
@@ -178,6 +181,9 @@ class FaultProxy:
             self._seen.append(seen)
             for fault in self._faults:
                 if fault.matches(method, target):
+                    if fault.skip:
+                        fault.skip -= 1
+                        continue
                     fault.times -= 1
                     if fault.times <= 0:
                         self._faults.remove(fault)

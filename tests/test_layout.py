@@ -40,6 +40,22 @@ def test_only_the_execution_layer_imports_the_cluster_engine(tmp_path) -> None:
     assert proc.stdout.strip() == "[]"
 
 
+def test_store_independent_transfer_code_imports_no_store(tmp_path) -> None:
+    """Planning, layout, availability and history work the same for every store: they import
+    none of stores/; the filter imports no blob store client until a checkout needs one."""
+    proc = run_python(
+        "import sys, git_mgit.transfer.layout, git_mgit.transfer.availability, "
+        "git_mgit.transfer.history, git_mgit.transfer.versions, git_mgit.transfer.prune\n"
+        "print(sorted(m for m in sys.modules if m.startswith('git_mgit.transfer.stores')))\n"
+        "import git_mgit.filters.mgit_filter, git_mgit.transfer.fetch, git_mgit.transfer.push\n"
+        "print(sorted(m for m in ('obstore', 'urllib3', 'git_mgit.transfer.stores.lfs.store', "
+        "'git_mgit.transfer.stores.s3.store') if m in sys.modules))",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["[]", "[]"]
+
+
 @pytest.mark.parametrize("name", ["filters", "hooks", "runtime"])
 def test_folders_are_only_importable_inside_the_namespace(tmp_path, name: str) -> None:
     assert run_python(f"import {name}", tmp_path).returncode != 0

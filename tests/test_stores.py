@@ -161,9 +161,8 @@ def test_migrate_from_refs_keeps_every_clone_working(
     assert max(git_blobs(bare).values()) < 4096
 
     for work in (before, clone(url, tmp_path / "after")):
-        for commit, data in zip(commits, versions, strict=True):
-            run_git("checkout", "-q", commit, cwd=work)
-            assert (work / MODEL).read_bytes() == data
+        mgit("fetch", "--all", cwd=work)  # every version's objects, in one batch
+        checks_out_every_version(work, commits, versions)
         run_git("checkout", "-q", "main", cwd=work)
         mgit("fsck", cwd=work)
     newer = model_bytes(99, base=tensors_of(versions[-1]), step=1e-4)
@@ -172,6 +171,18 @@ def test_migrate_from_refs_keeps_every_clone_working(
     assert pointer_refs_only(bare)
     fresh = clone(url, tmp_path / "fresh")
     assert (fresh / MODEL).read_bytes() == newer
+    back = mgit("store", "migrate", "--to", "refs", cwd=fresh)  # from a partial clone, too
+    assert "21 of 21 version(s) republished" in back.stderr, back.stderr
+    assert not pointer_refs_only(bare)
+    again = clone(url, tmp_path / "again")
+    mgit("fetch", "--all", cwd=again)
+    checks_out_every_version(again, commits, versions)
+
+
+def checks_out_every_version(work: Path, commits: list[str], versions: list[bytes]) -> None:
+    for commit, data in zip(commits, versions, strict=True):
+        run_git("checkout", "-q", commit, cwd=work)
+        assert (work / MODEL).read_bytes() == data
 
 
 def local_objects(work: Path) -> int:

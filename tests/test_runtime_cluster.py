@@ -148,14 +148,10 @@ def node_hashes(cache: Path) -> set[bytes]:
 # -- git mgit test ---------------------------------------------------------------------------
 
 
-def test_tests_on_two_nodes_match_the_local_backend_and_fetch_only_their_versions(
-    repo: Path, template: Path, tmp_path: Path, dask: Cluster
-) -> None:
-    local = json.loads(mgit("test", "--json", "--jobs", "2", cwd=repo).stdout)
-
-    other = pushed_copy(template, tmp_path / "b")
-    lin = Lineage(find_repo(other))
-    runner = Runner(lin, None, dask.address)
+def tests_on_cluster(lin: Lineage, address: str, local: list[dict]) -> tuple:
+    """Every registered test at HEAD on the cluster: (targets, pairs, results, stats), after
+    checking the metrics are the local backend's (`git mgit test --json` rows)."""
+    runner = Runner(lin, None, address)
     try:
         chosen = targets.at_revision(lin, "HEAD")
         pairs = [(t, test) for t in chosen for test in runner.applicable(t, runner.tests())]
@@ -163,9 +159,19 @@ def test_tests_on_two_nodes_match_the_local_backend_and_fetch_only_their_version
         stats = runner.pool.stats
     finally:
         runner.close()
-    # the same metrics, recorded the same way, as the local backend's
     got = {(r.target.version, r.test.name): r.metrics for r in results}
     assert got == {(row["version"], row["test"]): row["metrics"] for row in local}
+    return chosen, pairs, results, stats
+
+
+def test_tests_on_two_nodes_match_the_local_backend_and_fetch_only_their_versions(
+    repo: Path, template: Path, tmp_path: Path, dask: Cluster
+) -> None:
+    local = json.loads(mgit("test", "--json", "--jobs", "2", cwd=repo).stdout)
+
+    other = pushed_copy(template, tmp_path / "b")
+    lin = Lineage(find_repo(other))
+    chosen, pairs, results, stats = tests_on_cluster(lin, dask.address, local)
     here, there = Lineage(find_repo(repo)), Lineage(find_repo(other))
     for r in results:
         assert there.recorded_test(r.target.version, r.test.name, r.code) == r.metrics
@@ -438,18 +444,9 @@ def test_nodes_fetch_their_versions_from_a_pointer_store(
     local = json.loads(mgit("test", "--json", "--jobs", "2", cwd=plain).stdout)
     lin = Lineage(find_repo(repo))
     with cluster(tmp_path / "cluster") as dask:  # started here: the nodes see the credentials
-        runner = Runner(lin, None, dask.address)
-        try:
-            chosen = targets.at_revision(lin, "HEAD")
-            pairs = [(t, test) for t in chosen for test in runner.applicable(t, runner.tests())]
-            results = runner.run(pairs)
-            stats = runner.pool.stats
-        finally:
-            runner.close()
-        got = {(r.target.version, r.test.name): r.metrics for r in results}
-        assert got == {(row["version"], row["test"]): row["metrics"] for row in local}
+        _, _, _, stats = tests_on_cluster(lin, dask.address, local)
         assert sum(stats.remote.values()) > 0 and sum(stats.head.values()) == 0
         for node in dask.nodes:
-            given = {v for v in stats.given[node.address]}
+            given = set(stats.given[node.address])
             held = node_hashes(dask.cache(node))
             assert held >= set().union(*(chunk_hashes(lin, v) for v in given))

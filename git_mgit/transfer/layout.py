@@ -169,19 +169,21 @@ def estimate(store: ChunkStore, cands: Candidates) -> Estimates:
     decoded = DecodedChunks(store)
     try:
         for key, group in by_key:
+            at = {v: c.content_hash for v, c in group}
+            paired = {at[x] for pair in pairs if all(p in at for p in pair) for x in pair}
             samples: dict[bytes, tuple[memoryview, float]] = {}
             for _, c in group:
                 h = c.content_hash
-                if h not in samples:
-                    smp, scale = codec.sampled(decoded.get(h), key[2])
-                    samples[h] = (memoryview(bytes(smp)), scale)
+                if h not in whole_of:
                     found = store.resolve(h)
                     if found is not None and found.base is None:
                         whole_of[h] = found.size  # already stored whole here: its real size
-                    else:
-                        whole_of[h] = codec.estimate_whole(samples[h][0], key[2]) * scale
+                if h not in samples and (h in paired or h not in whole_of):
+                    # decoded only where a size must be estimated
+                    smp, scale = codec.sampled(decoded.get(h), key[2])
+                    samples[h] = (memoryview(bytes(smp)), scale)
+                    whole_of.setdefault(h, codec.estimate_whole(samples[h][0], key[2]) * scale)
                 progress.update(c.length)
-            at = {v: c.content_hash for v, c in group}
             for v, n in pairs:
                 a, b = at.get(v), at.get(n)
                 if a is not None and b is not None and a != b and (a, b) not in delta_of:

@@ -11,7 +11,9 @@ transaction, before any push: a push only sends what exists locally.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from git_mgit import codecs
 from git_mgit.codecs.codec import Encoded
@@ -29,6 +31,9 @@ from git_mgit.transfer.versions import VersionRef
 class Written:
     ref: VersionRef  # with the commit that now holds it here
     objects: dict[bytes, tuple[str, int]] = field(default_factory=dict)  # hash -> (oid, size)
+
+
+Raw = Callable[[], bytearray]  # a chunk's bytes, decoded only if an object must be encoded
 
 
 class _Objects:
@@ -50,16 +55,17 @@ class _Objects:
         self.encoded += length
         return self.pack.add("blob", enc.parts).hex(), enc.size
 
-    def whole_of(self, h: bytes, raw: bytearray, dtype: str) -> tuple[str, int]:
+    def whole_of(self, h: bytes, raw: Raw, dtype: str) -> tuple[str, int]:
         if h not in self.whole:
             found = self._existing(h, None)
             if found is None:
-                found = self._add(codecs.encode(raw, dtype, h), len(raw))
+                data = raw()
+                found = self._add(codecs.encode(data, dtype, h), len(data))
             self.whole[h] = found
         return self.whole[h]
 
     def delta_of(
-        self, h: bytes, raw: bytearray, base: bytes, base_raw: bytearray, depth: int, dtype: str
+        self, h: bytes, raw: Raw, base: bytes, base_raw: Raw, depth: int, dtype: str
     ) -> tuple[str, int]:
         if (h, base) not in self.delta:
             found = self._existing(h, base)
@@ -67,10 +73,11 @@ class _Objects:
                 if h in self.whole:
                     found = self.whole[h]
                 else:
+                    data = raw()
                     enc = codecs.encode(
-                        raw, dtype, h, codecs.Base(base_raw, base, depth), max_depth=255
+                        data, dtype, h, codecs.Base(base_raw(), base, depth), max_depth=255
                     )
-                    found = self._add(enc, len(raw))
+                    found = self._add(enc, len(data))
                     if enc.header.base_hash is None:  # the delta did not pay: it is whole
                         self.whole[h] = found
             self.delta[h, base] = found
@@ -97,7 +104,7 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
                 decoded = DecodedChunks(store)
                 at = dict(group)
                 for v, c in group:  # oldest first: a version's base is newer, so it comes later
-                    h, raw = c.content_hash, decoded.get(c.content_hash)
+                    h, raw = c.content_hash, partial(decoded.get, c.content_hash)
                     choice = plan.choices.get(v)
                     unpaired = choice is not None and (choice.base is None or choice.base not in at)
                     if unpaired and h not in base_hashes.get(v, ()):
@@ -108,7 +115,12 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
                         if och is None or och.base != v or oc.content_hash in base_hashes[older]:
                             continue
                         filed[older][oc.content_hash] = objects.delta_of(
-                            oc.content_hash, decoded.get(oc.content_hash), h, raw, levels, key[2]
+                            oc.content_hash,
+                            partial(decoded.get, oc.content_hash),
+                            h,
+                            raw,
+                            levels,
+                            key[2],
                         )
                     progress.update(c.length if choice is not None else 0)
             written = []

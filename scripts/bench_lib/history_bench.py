@@ -22,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import history_models
@@ -59,9 +60,10 @@ def size_of(path: Path) -> int:
     return total
 
 
-def history_env(scratch: Path, env: dict[str, str]) -> dict[str, str]:
-    """The bench's isolated environment with both tools installed globally (clones need it)."""
-    config = scratch / "history-gitconfig"
+def history_env(scratch: Path, env: dict[str, str], name: str = "history") -> dict[str, str]:
+    """The bench's isolated environment with both tools installed globally (clones need it),
+    in a global config of its own (`<name>-gitconfig`) that the section may add to."""
+    config = scratch / f"{name}-gitconfig"
     shutil.copy(env["GIT_CONFIG_GLOBAL"], config)
     out = {**env, "GIT_CONFIG_GLOBAL": str(config)}
     _git(scratch, out, "mgit", "install")
@@ -180,21 +182,25 @@ def _check(repo: Path, expected: str, what: str) -> None:
         raise RuntimeError(f"{what}: {FILE} is not the checkpoint it should be")
 
 
+def trained(
+    scratch: Path, n: int, section: str = "history"
+) -> Iterator[tuple[str, list[Path], float]]:
+    """(label, checkpoint files, seconds it took) for each series, trained for n + 1 epochs
+    (the last file is the one a pull brings); the files go when the caller moves on."""
+    for label in history_models.SERIES:
+        folder = scratch / f"{section}-data"
+        folder.mkdir()
+        log(f"{section} {label}: training {n + 1} epochs")
+        start = time.perf_counter()
+        paths = list(history_models.series(label, folder, n + 1))
+        yield label, paths, time.perf_counter() - start
+        shutil.rmtree(folder)
+
+
 def bench(scratch: Path, env: dict[str, str], quick: bool) -> dict[str, object]:
     """Every series; `quick` takes 4 checkpoints instead of 20."""
     env = history_env(scratch, env)
-    n = 4 if quick else 20
-    results: dict[str, object] = {}
-    for label in history_models.SERIES:
-        folder = scratch / "history-data"
-        folder.mkdir()
-        log(f"history {label}: training {n + 1} epochs")
-        start = time.perf_counter()
-        paths = list(history_models.series(label, folder, n + 1))
-        train_s = time.perf_counter() - start
-        results[label] = {
-            **bench_series(scratch, env, label, paths[:-1], paths[-1]),
-            "train_s": train_s,
-        }
-        shutil.rmtree(folder)
-    return results
+    return {
+        label: {**bench_series(scratch, env, label, paths[:-1], paths[-1]), "train_s": train_s}
+        for label, paths, train_s in trained(scratch, 4 if quick else 20)
+    }

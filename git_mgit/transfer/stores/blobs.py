@@ -58,7 +58,7 @@ class BlobStore(ABC):
     def upload(
         self,
         objects: Sequence[Pointer],
-        read: Callable[[Pointer], bytes],
+        read: Callable[[Pointer], Data],
         progress: Progress | None = None,
     ) -> int:
         """Send the objects the store lacks (asking it first); how many were sent.

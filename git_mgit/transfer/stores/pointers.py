@@ -17,9 +17,11 @@ anchored; what was verified before a failure is kept.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
@@ -30,7 +32,7 @@ from git_mgit.store.packwriter import PackWriter
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
-from git_mgit.transfer.stores.blobs import BlobStore, Pointer
+from git_mgit.transfer.stores.blobs import BlobStore, Data, Pointer
 from git_mgit.transfer.stores.choice import RECORD_REF, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_refs
 from git_mgit.transfer.stores.registry import blob_store
@@ -49,7 +51,7 @@ class PointerStore(Store):
         repo, url = self.repo, self.choice.url
         read = ObjectBytes(store)
         oids = sorted({oid for w in written for oid, _ in w.objects.values()})
-        pointers = {oid: read.pointer(oid) for oid in oids}
+        pointers = read.pointers(oids)
         sent = Sent()
         blobs = blob_store(repo, self.remote, url)
         try:
@@ -112,17 +114,27 @@ class ObjectBytes:
         self.store = store
         self.lock = threading.Lock()
 
-    def bytes(self, oid: str) -> bytes:
-        with self.lock:
-            data = self.store.packs.read(oid)
-            if data is None:
+    def _read(self, oid: str) -> bytes | bytearray:
+        data = self.store.packs.read(oid)  # thread-safe: only git cat-file needs the lock
+        if data is None:
+            with self.lock:
                 data = self.store.reader.read(oid)
         if data is None:
             raise FileNotFoundError(f"object {oid} is not in this clone")
-        return bytes(data)
+        return data
+
+    def bytes(self, oid: str) -> Data:
+        """The object's bytes, not copied (a copy costs as much as a hash on a small VM)."""
+        return memoryview(self._read(oid))
 
     def pointer(self, oid: str) -> Pointer:
-        return Pointer.of(self.bytes(oid))
+        return Pointer.of(self._read(oid))
+
+    def pointers(self, oids: Sequence[str]) -> dict[str, Pointer]:
+        """Each object's pointer, hashed on every core (hashlib lets go of the GIL), one
+        object per core in memory at a time."""
+        with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="sha256") as pool:
+            return dict(zip(oids, pool.map(self.pointer, oids), strict=True))
 
     def holder(self, h: bytes, p: Pointer) -> tuple[str, int] | None:
         """(oid, size) of the object here that holds chunk `h` as the bytes `p` names."""

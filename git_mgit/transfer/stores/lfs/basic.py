@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.blobs import BlobStoreError, Data
 from git_mgit.transfer.stores.lfs import batch
 from git_mgit.transfer.stores.lfs.api import BatchApi
 from git_mgit.transfer.stores.lfs.batch import Action, Answer
@@ -59,7 +59,7 @@ class _Actions:
         )
 
 
-def upload(api: BatchApi, answer: Answer, data: bytes) -> bool:
+def upload(api: BatchApi, answer: Answer, data: Data) -> bool:
     """PUT the object where the server said, then verify; False if it turned out to be there."""
     actions = _Actions(api, "upload", answer)
     pointer = answer.pointer

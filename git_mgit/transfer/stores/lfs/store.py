@@ -3,8 +3,8 @@
 `lfs.concurrenttransfers` objects (default 8) move at once, over a pool of as
 many connections. Downloads run ahead of the caller by at most that many
 objects and `_AHEAD_BYTES`, so memory stays a few objects whatever the batch;
-each object is checked against its SHA-256 and size before it is yielded, in
-the caller's thread, as progress is reported.
+each object is checked against its SHA-256 and size by the worker that fetched
+it (so hashing runs on every core), before it is yielded.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from git_mgit.gitcmd import Repo
 from git_mgit.transfer.stores.blobs import (
     BlobStore,
     BlobStoreError,
+    Data,
     Pointer,
     Progress,
     verified,
@@ -112,7 +113,7 @@ class LfsStore(BlobStore):
     def upload(
         self,
         objects: Sequence[Pointer],
-        read: Callable[[Pointer], bytes],
+        read: Callable[[Pointer], Data],
         progress: Progress | None = None,
     ) -> int:
         api = self._apis["upload"]
@@ -132,7 +133,7 @@ class LfsStore(BlobStore):
                             progress(todo[done].size)
         return sent
 
-    def _upload_one(self, api: BatchApi, answer: Answer, read: Callable[[Pointer], bytes]) -> bool:
+    def _upload_one(self, api: BatchApi, answer: Answer, read: Callable[[Pointer], Data]) -> bool:
         pointer = answer.pointer
         data = read(pointer)
         if len(data) != pointer.size or hashlib.sha256(data).hexdigest() != pointer.oid:
@@ -165,7 +166,7 @@ class LfsStore(BlobStore):
                     and (not running or ahead + queue[0].pointer.size <= _AHEAD_BYTES)
                 ):
                     answer = queue.popleft()
-                    running[pool.submit(basic.download, api, answer)] = answer.pointer
+                    running[pool.submit(self._download_one, api, answer)] = answer.pointer
                     ahead += answer.pointer.size
                 if not running:
                     return
@@ -173,12 +174,15 @@ class LfsStore(BlobStore):
                 for future in done:
                     pointer = running.pop(future)
                     ahead -= pointer.size
-                    data = verified(self, pointer, future.result())
+                    data = future.result()
                     if progress:
                         progress(pointer.size)
                     yield pointer, data
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _download_one(self, api: BatchApi, answer: Answer) -> bytes:
+        return verified(self, answer.pointer, basic.download(api, answer))
 
     @staticmethod
     def _answers(api: BatchApi, chunk: list[Pointer]) -> list[Answer]:

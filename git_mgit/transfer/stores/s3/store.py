@@ -173,7 +173,7 @@ class S3Store(BlobStore):
     def upload(
         self,
         objects: Sequence[Pointer],
-        read: Callable[[Pointer], bytes],
+        read: Callable[[Pointer], Data],
         progress: Progress | None = None,
     ) -> int:
         todo = self.missing(objects)
@@ -185,7 +185,7 @@ class S3Store(BlobStore):
                     progress(futures[done].size)
         return len(todo)
 
-    def _put(self, pointer: Pointer, read: Callable[[Pointer], bytes]) -> None:
+    def _put(self, pointer: Pointer, read: Callable[[Pointer], Data]) -> None:
         import obstore
 
         data = read(pointer)

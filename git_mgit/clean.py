@@ -20,9 +20,10 @@ from typing import BinaryIO, Protocol
 from git_mgit import codecs, hashing, malloc
 from git_mgit import manifest as mf
 from git_mgit.config import Settings
+from git_mgit.dtypes import DTYPES
 from git_mgit.errors import MgitError, NotSafetensors
 from git_mgit.progress import Progress
-from git_mgit.safetensors_format import TensorInfo, header_length, parse_header
+from git_mgit.safetensors_format import Header, TensorInfo, header_length, parse_header
 from git_mgit.store.chunkstore import ChunkStore
 
 Warn = Callable[[str], None]
@@ -220,6 +221,28 @@ def declared_parent_manifest(store: ChunkStore, path: str) -> mf.Manifest | None
     return previous_manifest(store, parent.path)
 
 
+CHUNK_HINT = "mgit.chunk"
+
+
+def _chunk_hint(settings: Settings, header: Header) -> Settings:
+    """The chunk size the file asks for in its metadata, if it may have it.
+
+    A distributed training checkpoint stores a sharded tensor in chunks that
+    end where each rank's rows end (runtime/training/plan.py) and says so in
+    the file, so that cleaning the same bytes again gives the same manifest.
+    Honoured when it is no larger than the configured chunk size and every
+    tensor's elements divide it; ignored otherwise.
+    """
+    text = (header.metadata or {}).get(CHUNK_HINT)
+    if text is None or not text.isdigit():
+        return settings
+    size = int(text)
+    widths = {DTYPES[t.dtype].bits // 8 for t in header.tensors if t.dtype in DTYPES}
+    if not 0 < size <= settings.chunk_size or any(w and size % w for w in widths):
+        return settings
+    return dataclasses.replace(settings, chunk_size=size)
+
+
 def clean(
     src: BinaryIO,
     path: str,
@@ -248,6 +271,8 @@ def clean(
     except NotSafetensors as exc:
         if head:
             warn(f"{path}: not a valid safetensors file ({exc}); storing it as opaque bytes")
+    if header is not None:
+        settings = _chunk_hint(settings, header)
     progress = Progress(f"git-mgit: storing {path}", header.file_size if header else None)
     previous = None
     if header is not None and path:

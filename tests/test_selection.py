@@ -100,13 +100,17 @@ def replayed(repo: Path, lin: Lineage, run: str, again: str) -> None:
     assert visits(repo, again) == visits(repo, run)
 
 
-def sequential(repo: Path, config: dict, orders: list[list[int]]) -> dict[str, torch.Tensor]:
-    """The configuration trained in this process alone, partition after partition."""
+def sequential(repo: Path, config: dict, orders: list[list[int]], run: str) -> dict:
+    """The configuration trained in this process alone, partition after partition, on as many
+    threads as the workers that trained `run` (its commits record them; sums differ by it)."""
+    count = runs.find(find_repo(repo), f"runs/{run}").info.threads
+    assert count is not None
+    here = torch.get_num_threads()
     sys.path.insert(0, str(repo))
     try:
         import mop  # type: ignore[import-not-found]
 
-        torch.set_num_threads(1)  # as each worker runs (cores / workers on 2 cores)
+        torch.set_num_threads(count)
         data = [mop.partition(j, WORKERS) for j in range(WORKERS)]
         torch.manual_seed(config["seed"])
         model = mop.model(config)
@@ -117,6 +121,7 @@ def sequential(repo: Path, config: dict, orders: list[list[int]]) -> dict[str, t
             mop.evaluate(model, config)
         return model.state_dict()
     finally:
+        torch.set_num_threads(here)
         sys.path.remove(str(repo))
         sys.modules.pop("mop", None)
 
@@ -142,7 +147,7 @@ def test_hopped_configurations_equal_sequential_training_and_replay_exactly(
     assert hopped, "every configuration kept one order: nothing hopped differently"
     for c in (summary["configs"][0], hopped[0]):
         weights = load_state_dict(f"runs/{c['run']}:checkpoints/{c['run']}/model.safetensors", lin)
-        expected = sequential(repo, c["values"], c["visits"])
+        expected = sequential(repo, c["values"], c["visits"], c["run"])
         assert weights.keys() == expected.keys()
         for name, t in expected.items():
             assert torch.equal(weights[name], t), (c["run"], name)
@@ -219,7 +224,7 @@ def test_selection_on_two_nodes_equals_sequential_training_and_replays_here_exac
     weights = load_state_dict(
         f"runs/{hopped['run']}:checkpoints/{hopped['run']}/model.safetensors", lin
     )
-    expected = sequential(repo, hopped["values"], hopped["visits"])
+    expected = sequential(repo, hopped["values"], hopped["visits"], hopped["run"])
     assert all(torch.equal(weights[n], t) for n, t in expected.items())
     # the nodes ran it: their workers' folders, not the repository, hold the hop files
     assert all(
@@ -259,7 +264,7 @@ def test_a_node_killed_mid_selection_with_replicas_and_every_unit_runs_once(
     weights = load_state_dict(
         f"runs/{first['run']}:checkpoints/{first['run']}/model.safetensors", lin
     )
-    expected = sequential(repo, first["values"], first["visits"])
+    expected = sequential(repo, first["values"], first["visits"], first["run"])
     assert all(torch.equal(weights[n], t) for n, t in expected.items())
 
 

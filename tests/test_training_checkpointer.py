@@ -19,7 +19,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from git_mgit import cores
+from git_mgit.runtime.loading import TORCH_DTYPES
 from git_mgit.runtime.training import Checkpointer, fit, layout
+from git_mgit.runtime.training.committing import Taken
 from git_mgit.runtime.training.distributed import World
 from git_mgit.runtime.training.layout import CheckpointError, Info, Position, Snapshot
 from git_mgit.runtime.training.resume import Resume
@@ -63,8 +65,23 @@ def step_fn(model, optimizer):
     return train_step
 
 
+def snapshot_of(taken: Taken) -> Snapshot:
+    """What a rank of a world of one took, as whole tensors (read from its staged copies)."""
+    tensors = {}
+    for name, e in taken.plan.entries.items():
+        data = bytearray(taken.entry_bytes(name, 0, e.nbytes)) if e.nbytes else bytearray(1)
+        flat = torch.frombuffer(data, dtype=torch.uint8)[: e.nbytes]
+        tensors[name] = flat.view(TORCH_DTYPES[e.dtype]).reshape(e.shape)
+    model = {n[len("model/") :]: t for n, t in tensors.items() if n.startswith("model/")}
+    training = {n: t for n, t in tensors.items() if not n.startswith("model/")}
+    epoch = [taken.rng_epoch] if taken.rng_epoch is not None else None
+    return Snapshot(taken.info, model, training, taken.skeletons, [taken.rng], epoch)
+
+
 def checkpointer(model, optimizer, commit=None, **options) -> Checkpointer:
-    return Checkpointer(model, optimizer, info=INFO, commit=commit, world=World(), **options)
+    """A checkpointer in a world of one whose `commit(snapshot)` gets whole tensors."""
+    took = None if commit is None else (lambda taken: commit(snapshot_of(taken)))
+    return Checkpointer(model, optimizer, info=INFO, commit=took, world=World(), **options)
 
 
 def test_background_mode_waits_for_a_slot_and_snapshots_are_copies() -> None:

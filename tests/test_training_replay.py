@@ -9,6 +9,7 @@ segment planning and the checkpointer's replay mode without processes.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -52,8 +53,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (repo / "classify.py").write_text(script)
         run_git("add", "classify.py", cwd=repo)
         run_git("commit", "-q", "-m", "classify.py", cwd=repo)
-        done = subprocess.run(
-            [sys.executable, "classify.py", "8"], cwd=repo, capture_output=True, text=True
+        done = subprocess.run(  # one thread: its checkpoints record it, and 4 replay workers
+            [sys.executable, "classify.py", "8"],  # on 2 cores then use as many, not 4 x 2
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
         assert done.returncode == 0, done.stderr
         loop_end = '            ckpt.step({"loss": loss})\n'

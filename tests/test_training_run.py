@@ -30,15 +30,16 @@ from tests.runtime_repo import isolated_home
 
 DOCS = Path(__file__).parents[1] / "docs" / "training.md"
 
-# Test scaffolding around the documented train:main: kill one process at EPOCH:STEP,
-# once the checkpoints taken so far are committed (the test resumes from the last one).
-KILLER = """
+# Test scaffolding around a training function MODULE:main (the documented train:main here):
+# kill one process at EPOCH:STEP, once the checkpoints taken so far are committed (the test
+# resumes from the last one).
+KILLER_OF = """
 import os
 import signal
 
 import torch.distributed as dist
 
-import train
+import {module}
 
 
 def main(ctx):
@@ -63,8 +64,9 @@ def main(ctx):
         return ckpt
 
     ctx.checkpointer = checkpointer
-    train.main(ctx)
+    {module}.main(ctx)
 """
+KILLER = KILLER_OF.format(module="train")
 
 
 def documented_python(after: str) -> str:
@@ -196,7 +198,6 @@ def test_killed_run_resumed_from_epoch_2_commit_is_bit_identical(
             ["--resume", "runs/demo~1", "--nproc-per-node", "2"],
             "is not the last checkpoint of run 'demo'",
         ),
-        (["--resume", "runs/demo", "--nproc-per-node", "1"], "was taken by 2 process(es)"),
         (["--resume", "HEAD"], "is not a checkpoint commit (no Mgit-Run trailer)"),
         (["--resume", "no-such-rev"], "'no-such-rev' is not a commit"),
         (["--nproc-per-node", "2", "--name", "demo", "train:main"], "run 'demo' exists"),
@@ -229,11 +230,8 @@ def test_fsdp_checkpoints_a_sharded_folder_and_resumes_exactly(
     assert done.returncode == 0, done.stderr
     folder = "checkpoints/f/model"
     files = run_git("ls-tree", "--name-only", f"runs/f:{folder}", cwd=repo).stdout.split()
-    assert files == [
-        "model-00001-of-00002.safetensors",
-        "model-00002-of-00002.safetensors",
-        "model.safetensors.index.json",
-    ]
+    # every tensor of this tiny model is small (plan.SMALL): one file, assembled tensor by tensor
+    assert files == ["model-00001-of-00001.safetensors", "model.safetensors.index.json"]
     forked = train(repo, "--resume", "runs/f~1", "--name", "g", "--nproc-per-node", "2")
     assert forked.returncode == 0, forked.stderr
     lin = Lineage(find_repo(repo))

@@ -7,7 +7,8 @@ is kept, the huge one diverges, only the run branch is left, and after
 commit of the run still loads. A full-batch L1 regression, whose loss
 flattens at a level set by the learning rate, shows a re-tuning pick a
 smaller rate, and, without re-tuning, that the kept branch trains exactly
-as the kept setting would from the start.
+as the kept setting would from the start, on the thread count its
+checkpoints record (another than this process's: torch's sums differ by it).
 """
 
 from __future__ import annotations
@@ -89,15 +90,15 @@ def from_docs(lang: str, caption: str) -> str:
     return found.group(1)
 
 
-def tune(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread is fastest
+def tune(repo: Path, *args: str, threads: int = 1) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}  # tiny models: one is fastest
     return subprocess.run(
         ["git", "mgit", "tune", *args], cwd=repo, env=env, capture_output=True, text=True
     )
 
 
-def tuned(repo: Path, *args: str) -> dict:
-    done = tune(repo, "--json", *args)
+def tuned(repo: Path, *args: str, threads: int = 1) -> dict:
+    done = tune(repo, "--json", *args, threads=threads)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -307,9 +308,16 @@ def test_kept_branch_trains_as_its_setting_from_the_start(plateau: Path) -> None
     (plateau / "P.toml").write_text(
         PLATEAU_TOML.replace("epoch = 50", "epoch = 50\nretune = false")
     )
-    summary = tuned(plateau, "--tunables", "P.toml", "--name", "fixed", "plateau:workload")
+    here = torch.get_num_threads()
+    other = 1 if here > 1 else 2  # the tuning computes on another count than this process
+    summary = tuned(
+        plateau, "--tunables", "P.toml", "--name", "fixed", "plateau:workload", threads=other
+    )
     assert len(summary["rounds"]) == 1 and summary["tunables"] == {"lr": 0.3}
+    kept = load_checkpoint(plateau, "runs/fixed")
+    assert kept.info.threads == other  # recorded with every checkpoint, and used again here
     sys.path.insert(0, str(plateau))
+    torch.set_num_threads(kept.info.threads)
     try:
         import plateau as work  # type: ignore[import-not-found]
 
@@ -319,9 +327,10 @@ def test_kept_branch_trains_as_its_setting_from_the_start(plateau: Path) -> None
         for clock in range(300):
             w.step(w.model, opt, clock, {"lr": 0.3})
     finally:
+        torch.set_num_threads(here)
         sys.path.remove(str(plateau))
         sys.modules.pop("plateau", None)
-    tuned_model = load_checkpoint(plateau, "runs/fixed").snapshot
+    tuned_model = kept.snapshot
     assert tuned_model is not None
     for name, value in w.model.state_dict().items():
         assert torch.equal(tuned_model.model[name], value), name

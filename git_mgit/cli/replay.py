@@ -41,7 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
-        "--jobs", "-j", type=int, help="workers in parallel (default: cores / processes per run)"
+        "--jobs",
+        "-j",
+        type=int,
+        help="workers in parallel (default: cores / the run's processes x their threads)",
     )
     parser.add_argument(
         "--epochs", metavar="A..B", help="replay only these epochs (inclusive; A.., ..B, or A)"

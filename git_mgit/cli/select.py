@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         replay.marks if replay else None,
         args.replicas,
         args.cluster,
+        replay.threads if replay else None,
     )
     outcome = driver.Driver(repo, workload, values, req, say).run()
     picture = report.plot(outcome, Path(args.plot or driver.scratch(repo, name) / "curves.png"))

@@ -63,6 +63,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--eps", type=float, default=1 / 15, help="adaptive mode: overhead bound (default 1/15)"
     )
     parser.add_argument(
+        "--remote",
+        metavar="NAME",
+        help="several nodes: the remote each node's clone publishes its checkpoint objects to "
+        "(default origin, when it exists; not needed on a shared filesystem)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch's threads per process (default: OMP_NUM_THREADS, else the cores shared by "
+        "the processes; with --resume, the checkpoint's)",
+    )
+    parser.add_argument(
         "--no-deterministic",
         dest="deterministic",
         action="store_false",

@@ -16,6 +16,7 @@ _EXPORTS = {
     "DELTA_GAIN": "codec",
     "Encoded": "codec",
     "encode": "codec",
+    "reversed_xor": "codec",
     "BytesSource": "decoder",
     "ChunkDecoder": "decoder",
     "Level": "decoder",

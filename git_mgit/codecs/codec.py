@@ -8,6 +8,7 @@ depth cap.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ import zstandard
 
 from git_mgit.codecs import planes
 from git_mgit.codecs.decoder import DELTA_OPS
-from git_mgit.codecs.objectformat import Codec, FrameMode, ObjectHeader
+from git_mgit.codecs.objectformat import Codec, FrameMode, ObjectHeader, parse_header
 from git_mgit.codecs.planes import Buffer, Op
 from git_mgit.codecs.workers import parallel_map
 
@@ -208,6 +209,19 @@ def standalone(est: dict[Codec, int]) -> Codec:
     return Codec.PLANES if est[Codec.PLANES] < est[Codec.RAW] * _PLANES_GAIN else Codec.RAW
 
 
+def encode_as(
+    codec: Codec,
+    raw: bytes | bytearray | memoryview,
+    dtype: str,
+    content_hash: bytes,
+    base: Base | None = None,
+) -> Encoded:
+    """Encode one chunk with a codec chosen beforehand (a delta codec needs `base`)."""
+    raw = memoryview(raw).cast("B")
+    width, sign_at = layout(dtype, len(raw))
+    return _encode_as(codec, raw, dtype, width, sign_at, content_hash, base)
+
+
 def encode(
     raw: bytes | bytearray | memoryview,
     dtype: str,
@@ -234,3 +248,22 @@ def encode(
         if est[cand] < min(est[Codec.PLANES], est[Codec.RAW]) * delta_gain:
             best = cand
     return _encode_as(best, raw, dtype, width, sign_at, content_hash, base)
+
+
+def reversed_xor(obj: bytes | bytearray | memoryview, depth: int) -> Encoded | None:
+    """An `xor` object of chunk A against base B, turned into B against base A at chain
+    depth `depth`; None for any other codec.
+
+    A XOR B is B XOR A, and the sign move and plane split that follow act on each bit
+    alike, so the payload is the same bytes: only the header's two hashes and the depth
+    change. A push publishing older versions as deltas of newer ones reuses the forward
+    deltas `git add` wrote this way, with no decoding or compression.
+    """
+    view = memoryview(obj).cast("B")
+    hdr = parse_header(view)
+    if hdr.codec != Codec.XOR or hdr.base_hash is None:
+        return None
+    flipped = dataclasses.replace(
+        hdr, content_hash=hdr.base_hash, base_hash=hdr.content_hash, depth=depth, header_len=0
+    )
+    return Encoded(flipped, [flipped.pack(), view[hdr.header_len :]])

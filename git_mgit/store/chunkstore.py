@@ -129,6 +129,14 @@ class ChunkStore:
         """(oid, stored size, delta base or None) of every object here holding the chunk."""
         return [(oid, size, base) for oid, size, base, _ in self._candidates(content_hash)]
 
+    def read_object(self, oid: str) -> bytearray | None:
+        """A stored object's bytes, whole (from a pack here or a lender's, else through git)."""
+        for packs, _ in self._sources:
+            data = packs.read(oid)
+            if data is not None:
+                return data
+        return self._read_whole(oid)
+
     def _read_header(self, oid: str) -> ObjectHeader | None:
         from git_mgit.codecs.decoder import read_header
 

@@ -156,7 +156,15 @@ def groups(
 
 
 def estimate(store: ChunkStore, cands: Candidates) -> Estimates:
-    """Estimated sizes: each version whole, and each (version, possible base) as its delta."""
+    """Estimated sizes: each version whole, and each (version, possible base) as its delta.
+
+    What this clone stores says most of it without decoding anything: a chunk stored
+    whole is its object's size; a delta of two chunks is the size of the object storing
+    one as a delta of the other (XOR and integer subtraction are symmetric, so the delta
+    the other way round is the same size); a chunk stored only as a delta is about as
+    large whole as the same tensor's chunk in the nearest version stored whole. The rest
+    is estimated the way the encoder decides, on the chunks' sample windows.
+    """
     order = cands.order()
     involved = list(dict.fromkeys([*order, *(n for v in order for n in cands.bases(v))]))
     est = Estimates()
@@ -166,29 +174,30 @@ def estimate(store: ChunkStore, cands: Candidates) -> Estimates:
     by_key = list(groups(cands, involved))
     total = sum(c.length for _, group in by_key for _, c in group)
     progress = Progress("git-mgit: planning the push", total)
-    decoded = DecodedChunks(store)
+    sampler = _Sampler(store)
     try:
         for key, group in by_key:
+            chunks = [c.content_hash for _, c in group]
+            stored = _stored_whole(store, chunks)
+            whole_of.update(stored)
             at = {v: c.content_hash for v, c in group}
-            paired = {at[x] for pair in pairs if all(p in at for p in pair) for x in pair}
-            samples: dict[bytes, tuple[memoryview, float]] = {}
-            for _, c in group:
-                h = c.content_hash
-                if h not in whole_of:
-                    found = store.resolve(h)
-                    if found is not None and found.base is None:
-                        whole_of[h] = found.size  # already stored whole here: its real size
-                if h not in samples and (h in paired or h not in whole_of):
-                    # decoded only where a size must be estimated
-                    smp, scale = codec.sampled(decoded.get(h), key[2])
-                    samples[h] = (memoryview(bytes(smp)), scale)
-                    whole_of.setdefault(h, codec.estimate_whole(samples[h][0], key[2]) * scale)
-                progress.update(c.length)
             for v, n in pairs:
                 a, b = at.get(v), at.get(n)
                 if a is not None and b is not None and a != b and (a, b) not in delta_of:
-                    smp, scale = samples[a]
-                    delta_of[a, b] = codec.estimate_delta(smp, key[2], samples[b][0]) * scale
+                    known = _stored_delta(store, a, b)
+                    if known is None:
+                        smp, scale = sampler.get(a, key[2])
+                        known = codec.estimate_delta(smp, key[2], sampler.get(b, key[2])[0]) * scale
+                    delta_of[a, b] = known
+            for i, h in enumerate(chunks):
+                if h not in whole_of:
+                    near = _nearest(chunks, i, stored)
+                    if near is None:
+                        smp, scale = sampler.get(h, key[2])
+                        near = codec.estimate_whole(smp, key[2]) * scale
+                    whole_of[h] = near
+            progress.update(sum(c.length for _, c in group))
+            sampler.forget()
     finally:
         progress.finish()
     for v in involved:
@@ -198,6 +207,50 @@ def estimate(store: ChunkStore, cands: Candidates) -> Estimates:
     for v, n in pairs:
         est.delta[v, n] = own_cost(cands, v, n, whole_of, delta_of)
     return est
+
+
+class _Sampler:
+    """Chunks' sample windows, decoded on demand (one tensor's versions at a time)."""
+
+    def __init__(self, store: ChunkStore) -> None:
+        self.decoded = DecodedChunks(store)
+        self.samples: dict[bytes, tuple[memoryview, float]] = {}
+
+    def get(self, h: bytes, dtype: str) -> tuple[memoryview, float]:
+        if h not in self.samples:
+            smp, scale = codec.sampled(self.decoded.get(h), dtype)
+            self.samples[h] = (memoryview(bytes(smp)), scale)
+        return self.samples[h]
+
+    def forget(self) -> None:
+        self.samples.clear()
+
+
+def _stored_whole(store: ChunkStore, chunks: list[bytes]) -> dict[bytes, float]:
+    """The chunks this clone stores whole, with their objects' sizes."""
+    out: dict[bytes, float] = {}
+    for h in chunks:
+        found = store.resolve(h)
+        if found is not None and found.base is None:
+            out[h] = found.size
+    return out
+
+
+def _stored_delta(store: ChunkStore, a: bytes, b: bytes) -> float | None:
+    """The size of an object here storing one of the two chunks as a delta of the other."""
+    sizes = [n for _, n, base in store.holders(b) if base == a]
+    sizes += [n for _, n, base in store.holders(a) if base == b]
+    return float(min(sizes)) if sizes else None
+
+
+def _nearest(chunks: list[bytes], i: int, whole: dict[bytes, float]) -> float | None:
+    """The whole size of the chunk nearest to chunks[i] (its neighbours in version order)
+    that is stored whole."""
+    for d in range(1, len(chunks)):
+        for j in (i - d, i + d):
+            if 0 <= j < len(chunks) and chunks[j] in whole:
+                return whole[chunks[j]]
+    return None
 
 
 def own_cost(

@@ -43,7 +43,6 @@ class _Objects:
         self.store, self.pack = store, pack
         self.whole: dict[bytes, tuple[str, int]] = {}
         self.delta: dict[tuple[bytes, bytes], tuple[str, int]] = {}
-        self.encoded = 0  # bytes of chunks encoded anew
 
     def _existing(self, h: bytes, base: bytes | None) -> tuple[str, int] | None:
         for oid, size, have in self.store.holders(h):
@@ -51,16 +50,25 @@ class _Objects:
                 return oid, size
         return None
 
-    def _add(self, enc: Encoded, length: int) -> tuple[str, int]:
-        self.encoded += length
+    def _reversed(self, h: bytes, base: bytes, depth: int) -> Encoded | None:
+        """`h` as an `xor` delta of `base`, from an object here storing `base` as an `xor`
+        delta of `h` (what `git add` wrote): the same payload, nothing decoded."""
+        for oid, _, have in self.store.holders(base):
+            if have == h:
+                data = self.store.read_object(oid)
+                flipped = None if data is None else codecs.reversed_xor(data, depth)
+                if flipped is not None:
+                    return flipped
+        return None
+
+    def _add(self, enc: Encoded) -> tuple[str, int]:
         return self.pack.add("blob", enc.parts).hex(), enc.size
 
     def whole_of(self, h: bytes, raw: Raw, dtype: str) -> tuple[str, int]:
         if h not in self.whole:
             found = self._existing(h, None)
             if found is None:
-                data = raw()
-                found = self._add(codecs.encode(data, dtype, h), len(data))
+                found = self._add(codecs.encode(raw(), dtype, h))
             self.whole[h] = found
         return self.whole[h]
 
@@ -72,12 +80,13 @@ class _Objects:
             if found is None:
                 if h in self.whole:
                     found = self.whole[h]
+                elif (flipped := self._reversed(h, base, depth + 1)) is not None:
+                    found = self._add(flipped)
                 else:
-                    data = raw()
                     enc = codecs.encode(
-                        data, dtype, h, codecs.Base(base_raw(), base, depth), max_depth=255
+                        raw(), dtype, h, codecs.Base(base_raw(), base, depth), max_depth=255
                     )
-                    found = self._add(enc, len(data))
+                    found = self._add(enc)
                     if enc.header.base_hash is None:  # the delta did not pay: it is whole
                         self.whole[h] = found
             self.delta[h, base] = found

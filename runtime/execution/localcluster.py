@@ -3,7 +3,7 @@
 For trying `--cluster` without one, and for the tests and the benchmark:
 
     python -m git_mgit.runtime.execution.localcluster --nodes 2 /tmp/cluster
-    # prints the scheduler's address; Ctrl-C stops it all
+    # prints the scheduler's address; Ctrl-C, SIGTERM or SIGHUP stops it all
 
 Every process binds 127.0.0.1 only (the scheduler, each worker, and their
 HTTP servers), and each node runs in a folder of its own (its working and
@@ -11,6 +11,8 @@ local directory), never the repository's: as far as git-mgit can tell, the
 nodes are separate machines that share nothing with the head but the
 network. A node is one `dask worker --no-nanny` process in its own process
 group, so kill() takes the whole node down at once, as a lost machine would.
+Being in groups of their own, the processes never see the terminal's
+signals: the launcher turns each stop signal into Stopped and stops them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ from pathlib import Path
 
 DASK = [sys.executable, "-m", "dask"]  # the dask command of this Python
 LOOPBACK = ["--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, a kill, a closed terminal
+
+
+class Stopped(Exception):
+    """A stop signal reached the launcher: its cluster is to be stopped."""
 
 
 @dataclass
@@ -103,19 +110,38 @@ def cluster(
             [*DASK, "scheduler", *LOOPBACK, "--port", "0", "--scheduler-file", str(info)],
             cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not info.exists() or not info.read_text().strip():
-        if sched.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((folder / "scheduler.log").read_text())
-        time.sleep(0.05)
-    c = Cluster(json.loads(info.read_text())["address"], sched, folder, env=env or {})
-    try:
+    c = Cluster("", sched, folder, env=env or {})
+    try:  # from here on, whatever happens stops every process started
+        c.address = _address(info, sched)
         for _ in range(nodes):
             c.start_node(threads)
         c.wait(nodes)
         yield c
     finally:
         c.stop()
+
+
+def _address(info: Path, sched: subprocess.Popen) -> str:
+    """The scheduler's address, once its scheduler file says it."""
+    deadline = time.monotonic() + 60
+    while not info.exists() or not info.read_text().strip():
+        if sched.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError((info.parent / "scheduler.log").read_text())
+        time.sleep(0.05)
+    return json.loads(info.read_text())["address"]
+
+
+def _stop_on_signals() -> None:
+    """Each stop signal raises Stopped, once: later ones are ignored while the cluster stops,
+    so a second SIGTERM cannot cut the stopping short and leave processes behind."""
+
+    def stop(signum: int, _frame: object) -> None:
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        raise Stopped(signal.Signals(signum).name)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, stop)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,10 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="worker threads per node")
     args = parser.parse_args(argv)
-    with cluster(args.folder, args.nodes, args.threads) as c:
+    _stop_on_signals()
+    with suppress(Stopped), cluster(args.folder, args.nodes, args.threads) as c:
         print(c.address, flush=True)
-        with suppress(KeyboardInterrupt):
-            c.scheduler.wait()
+        c.scheduler.wait()
     return 0
 
 

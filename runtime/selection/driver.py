@@ -44,7 +44,7 @@ from git_mgit.runtime.selection.schedule import (
 )
 from git_mgit.runtime.selection.space import Space
 from git_mgit.runtime.selection.unit import Task
-from git_mgit.runtime.training import layout, runs
+from git_mgit.runtime.training import layout, runs, threads
 from git_mgit.runtime.training.storage import RunCommitter
 
 MAX_ATTEMPTS = 3  # a unit whose worker dies this often stops the run: the unit kills it
@@ -133,6 +133,7 @@ class Request:
     marks: dict[tuple[int, int], dict[str, Any]] | None = None  # replay: hyperband's, recorded
     replicas: int = 1  # workers holding each partition
     cluster: str | None = None  # a Dask scheduler's address ("": $DASK_SCHEDULER_ADDRESS)
+    threads: int | None = None  # replay: the intra-op threads per worker it was trained with
 
 
 class Driver:
@@ -165,7 +166,9 @@ class Driver:
             self.plan = hyperband.Plan(hyperband.brackets(req.epochs, space.eta))
         self.partitions = req.workers
         count = req.workers * req.replicas
-        self.threads = max(1, (os.cpu_count() or 1) // count)
+        # One count for every worker, here or on any node, recorded in every commit: a
+        # replay trains with the same, so its weights match bit for bit (threads.py).
+        self.threads = threads.for_recorded(req.threads, count)
         self.workers = [
             Worker(w, w % self.partitions, self.scratch / f"worker-{w}.log") for w in range(count)
         ]

@@ -25,6 +25,7 @@ class Recorded:
     values: list[dict[str, Any]]  # each configuration's, seed included
     orders: dict[tuple[int, int], list[int]]  # (configuration, epoch) -> visit order
     marks: dict[tuple[int, int], dict[str, Any]]  # (configuration, epoch) -> hyperband's
+    threads: int | None = None  # the intra-op threads per worker (None: not recorded)
 
     @property
     def epochs(self) -> int:
@@ -45,7 +46,7 @@ def schedule(repo: Repo, name: str, workers: int) -> Recorded:
     if not names:
         raise SelectionError(f"no selection {name!r} (no branch {layout.branch(name + '-c00')})")
     lineage = Lineage(repo)
-    values, orders, marks = [], {}, {}
+    values, orders, marks, counts = [], {}, {}, set()
     for i, run in enumerate(names):
         found = [runs.find(repo, c) for c in _checkpoints(repo, run)]
         ends = [f for f in found if f.info.position.end_of_epoch and f.info.visits is not None]
@@ -59,10 +60,11 @@ def schedule(repo: Repo, name: str, workers: int) -> Recorded:
                     f"--workers {len(f.info.visits or [])}"
                 )
             orders[(i, f.info.position.epoch)] = list(f.info.visits or [])
+            counts.add(f.info.threads)
             node = lineage.graph.nodes.get(f.model)
             details = node.details.get("schedule", {}) if node else {}
             marks[(i, f.info.position.epoch)] = {k: details[k] for k in MARKS if k in details}
-    return Recorded(values, orders, marks)
+    return Recorded(values, orders, marks, max(counts - {None}, default=None))
 
 
 def _checkpoints(repo: Repo, run: str) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 from safetensors.torch import load_file
 
 from git_mgit.runtime.selection import hop
-from git_mgit.runtime.training import rng
+from git_mgit.runtime.training import rng, threads
 from git_mgit.runtime.training.layout import Info, Position, metric_values
 
 
@@ -59,6 +59,6 @@ def run(task: Task, fns: dict[str, Callable], data: Any) -> dict[str, float | st
         global_step=task.epoch * task.partitions + step,
         end_of_epoch=step == task.partitions,
     )
-    info = Info(task.run, position, values, dict(task.config))
+    info = Info(task.run, position, values, dict(task.config), threads=threads.current())
     hop.write(path, hop.take(info, model, optimizer))
     return values

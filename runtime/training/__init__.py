@@ -12,13 +12,18 @@
                 ckpt.step({"loss": loss})
             ckpt.save({"loss": loss})
 
-Modules, in the order a checkpoint flows through them: `state` (what the
-model, optimizer and scheduler hold, via `structure` for non-tensor parts),
-`rng` (every generator), `staging` (copies off the device), `layout` (how a
-checkpoint lies in a commit; `Info`, `Position`), `writers` (sync, or a
-background thread with back-pressure), `storage` (commits with lineage,
-reads back), `runs` (run branches and checkpoint commits), `resume`
-(restoring on every rank), `adaptive` (Flor's checkpoint period), `segment` and
+Modules, in the order a checkpoint flows through them: `holdings` (what
+each rank holds of the model, optimizer and scheduler, via `structure` for
+non-tensor parts), `plan` (which rank writes which chunk of which file),
+`rng` (every generator), `staging` (each rank's copies off the device, into
+arenas allocated ahead), `layout` (how a checkpoint lies in a commit;
+`Info`, `Position`), `writers` (sync, or a background thread with
+back-pressure), `committing` (every rank's part of a commit), `objects`
+(a rank's chunks into the object store, on several threads), `assemble`
+(rank 0's headers and manifests), `storage` (commits with lineage), `runs`
+(run branches and checkpoint commits), `reading` and `resume` (restoring
+each rank's rows, on any number of ranks), `state` (a whole state in one
+process: tuning and selection), `adaptive` (Flor's checkpoint period), `segment` and
 `replay` (hindsight replay: a worker's share, and the driver),
 `checkpointer` (the loop's API), `distributed` (the process group's
 collectives), `context` (what the user's function gets), `launch` and

@@ -10,19 +10,22 @@
     ckpt.close()                               # waits for background commits; raises their errors
 
 Every rank calls the same methods at the same iterations (the decisions
-are made so that they agree without extra communication); rank 0 alone
-stages copies and commits. Modes: `off` (nothing is saved: a replay, or a
-baseline), `sync` (the loop waits for each commit), `background` (the loop
-waits for the copy off the device; the commit runs in a thread, at most
-`max_pending` behind), `adaptive` (background, and step() checkpoints by
-Flor's rule instead of every `every` iterations, counting what a background
-commit slows the iterations beside it as part of its cost: adaptive.py).
+are made so that they agree without extra communication). A checkpoint is
+taken by every rank: it copies off the device only the bytes it writes
+(plan.py: its own shards, its share of the replicated state) into an arena
+allocated ahead (staging.py), and its writer stores them (committing.py);
+rank 0 then writes the manifests and the commit. Modes: `off` (nothing is
+saved: a replay, or a baseline), `sync` (the loop waits for each commit),
+`background` (the loop waits for the copy off the device; the commit runs
+in a thread, at most `max_pending` behind), `adaptive` (background, and
+step() checkpoints by Flor's rule instead of every `every` iterations,
+counting what a background commit slows the iterations beside it as part
+of its cost: adaptive.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -31,20 +34,23 @@ from typing import Any
 import torch
 
 from git_mgit import cores
-from git_mgit.runtime.training import distributed, rng, state
+from git_mgit.config import DEFAULT_CHUNK_SIZE
+from git_mgit.runtime.training import distributed, holdings, rng
+from git_mgit.runtime.training import plan as planning
 from git_mgit.runtime.training.adaptive import EPS, RESTORE_RATIO, AdaptivePeriod
+from git_mgit.runtime.training.committing import Taken
 from git_mgit.runtime.training.distributed import World
-from git_mgit.runtime.training.layout import (
-    CheckpointError,
-    Info,
-    Position,
-    Snapshot,
-    metric_values,
-)
+from git_mgit.runtime.training.layout import CheckpointError, Info, Position, metric_values
 from git_mgit.runtime.training.resume import Restored, Resume, restore
 from git_mgit.runtime.training.segment import Segment
-from git_mgit.runtime.training.staging import Stager
-from git_mgit.runtime.training.writers import BackgroundWriter, Commit, SyncWriter, Writer
+from git_mgit.runtime.training.staging import Region, Stager, regions
+from git_mgit.runtime.training.writers import (
+    Abort,
+    BackgroundWriter,
+    Commit,
+    SyncWriter,
+    Writer,
+)
 
 MODES = ("off", "sync", "background", "adaptive")
 
@@ -68,10 +74,14 @@ class Checkpointer:
         restore_ratio: float = RESTORE_RATIO,
         resume: Resume | None = None,
         replay: Segment | None = None,
+        abort: Abort | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
     ) -> None:
-        """`info` describes the run (its position is ignored); `commit` commits a snapshot
-        (rank 0's RunCommitter; None elsewhere or with mode "off"); `every`: step()
-        checkpoints every that many iterations (not in adaptive mode; None: never).
+        """`info` describes the run (its position is ignored); `commit` commits what this rank
+        took of a checkpoint (a committing.RankCommitter on every rank; None with mode "off");
+        `abort` is what a checkpoint after a failed one still does (the committer's abort);
+        `every`: step() checkpoints every that many iterations (not in adaptive mode; None:
+        never); `chunk_size`: the repository's (the largest chunk a plan makes).
 
         With `resume`, the model, optimizer, scheduler and RNG states are restored
         here, so create the checkpointer after them and right before the loop.
@@ -92,6 +102,9 @@ class Checkpointer:
         self.position = Position()
         self.metrics: Mapping[str, Any] = {}
         self.commits: list[Any] = []  # what `commit` returned, in order (rank 0)
+        self.stalls: list[float] = []  # seconds the loop spent in each checkpoint
+        self.commit_seconds: list[float] = []  # seconds this rank's writer took for each
+        self.committer = commit  # what commits this rank's share (its stats, for benchmarks)
         self.period = AdaptivePeriod(eps, restore_ratio)
         self._due = 1 if mode == "adaptive" else (every or 0)
         self._epoch_done = False
@@ -100,34 +113,66 @@ class Checkpointer:
         self._restored: Restored | None = None
         self._skip = 0  # batches of the current epoch a resumed run has already done
         self._last = time.perf_counter()
-        self._stager = Stager()
+        self._chunk_size = chunk_size
+        self._plans: dict[str, tuple[planning.Plan, list[Region], int]] = {}
+        self._stager = Stager(_on_gpu(model), max_pending if mode != "sync" else 1)
         self._writer: Writer | None = None
         self._cores_before: int | None = None
-        if self.mode != "off" and self.world.writer:
+        self._prepared = False
+        if self.mode != "off":
             if commit is None:
-                raise CheckpointError(f"mode {mode!r} needs somewhere to commit (rank 0)")
+                raise CheckpointError(f"mode {mode!r} needs somewhere to commit")
             recorded = self._recorded(commit)
             if mode == "sync":
                 self._writer = SyncWriter(recorded, self._stager.release)
             else:
-                self._writer = BackgroundWriter(recorded, self._stager.release, max_pending)
+                self._writer = BackgroundWriter(recorded, self._stager.release, max_pending, abort)
                 self._cores_before = cores.limit(_spare_cores(model))
         self.resumed: Info | None = None
         if resume is not None:
             self._restored = restore(resume, model, optimizer, scheduler, self.world)
             self.resumed = resume.info
-            self.position = resume.info.position
+            self.position = _rescaled(resume.info, self.world.world_size)
             self.metrics = dict(resume.info.metrics)
             self._epoch_done = self.position.end_of_epoch
             self._skip = 0 if self._epoch_done else self.position.step
+        if self._writer is not None:
+            self._prepare(expected=True)
 
     def _recorded(self, commit: Commit) -> Commit:
-        def run(snapshot: Snapshot) -> object:
-            done = commit(snapshot)
-            self.commits.append(done)
+        def run(taken: Taken) -> object:
+            began = time.perf_counter()
+            done = commit(taken)
+            self.commit_seconds.append(time.perf_counter() - began)
+            if done is not None:
+                self.commits.append(done)
             return done
 
         return run
+
+    def _plan(self, held: holdings.Held) -> tuple[planning.Plan, list[Region], int]:
+        """The plan of a checkpoint of what `held` describes, and this rank's arena places
+        (made once per layout: the layout changes only when the optimizer's state appears)."""
+        key = held.digest()
+        if key not in self._plans:
+            made = planning.plan(
+                held.entries,
+                self.world.world_size,
+                self.info.run,
+                self.info.parallel,
+                self._chunk_size,
+            )
+            self._plans[key] = (made, *regions(_ranges(made, held, self.world.rank)))
+        return self._plans[key]
+
+    def _prepare(self, expected: bool = False) -> None:
+        """Allocate the arenas ahead, in the background. Before the optimizer's first step its
+        state does not exist yet: `expected` sizes it from the optimizer's kind."""
+        held = holdings.capture(self.model, self.optimizer, self.scheduler, self.world)
+        _, _, size = self._plan(held)
+        if expected and self.optimizer is not None and not self.optimizer.state:
+            size = int(size * (1 + _state_per_parameter(self.optimizer))) + (1 << 20)
+        self._stager.prepare(size)
 
     # -- the loop helpers ---------------------------------------------------------------------
 
@@ -171,7 +216,7 @@ class Checkpointer:
         for _ in range(skip):
             if next(it, None) is None:
                 raise CheckpointError(f"the loader has fewer than {skip} batches to skip")
-        if skip and restored is not None:
+        if skip and restored is not None and restored.rng is not None:
             rng.restore(*restored.rng)
         self._skip, self._restored = 0, None
         self._epoch_len = _length(loader)
@@ -206,6 +251,9 @@ class Checkpointer:
         self.position = dataclasses.replace(pos, step=pos.step + 1, global_step=pos.global_step + 1)
         if metrics is not None:
             self.metrics = metrics
+        if not self._prepared and self._writer is not None:
+            self._prepared = True  # the optimizer's state exists now: its exact size
+            self._prepare()
         if self.mode == "off" or not self._due or self.period.n < self._due:
             return False
         if self.mode == "adaptive":
@@ -248,29 +296,33 @@ class Checkpointer:
             self.replay.check(self.position)
             if self.world.writer and self._epoch_done:
                 self.replay.write(self.position, metric_values(self.metrics))
-        if self.mode != "off":
+        if self._writer is not None:
             self._checkpoint(True)
 
     def _checkpoint(self, explicit: bool) -> None:
-        """Take a checkpoint on every rank: gather, stage, hand to the writer (rank 0)."""
+        """Take a checkpoint on every rank: copy this rank's share, hand it to its writer."""
         began = time.perf_counter()
-        if self._writer is not None:
-            self._writer.reserve()
-        captured = state.capture(self.model, self.optimizer, self.scheduler, self.world)
-        gathered = self._gather_rng()
-        if self._writer is not None:
-            tensors = {**_prefixed("model", captured.model), **captured.training}
-            staged = self._stager.copy(tensors, copy=not captured.fresh)
-            model = {
-                n[len("model/") :]: t for n, t in staged.tensors.items() if n.startswith("model/")
-            }
-            training = {n: t for n, t in staged.tensors.items() if not n.startswith("model/")}
-            info = dataclasses.replace(
-                self.info, position=self.position, metrics=metric_values(self.metrics)
-            )
-            snapshot = Snapshot(info, model, training, captured.skeletons, *gathered)
-            self._writer.submit(snapshot, staged)
+        assert self._writer is not None
+        self._writer.reserve()
+        held = holdings.capture(self.model, self.optimizer, self.scheduler, self.world)
+        made, places, size = self._plan(held)
+        staged = self._stager.copy(held.tensors, places, size)
+        info = dataclasses.replace(
+            self.info, position=self.position, metrics=metric_values(self.metrics)
+        )
+        taken = Taken(
+            info,
+            made,
+            staged,
+            dict(held.rows),
+            held.digest(),
+            held.skeletons if self.world.writer else {},
+            rng.capture(),
+            self._rng_epoch,
+        )
+        self._writer.submit(taken, staged)
         took = time.perf_counter() - began
+        self.stalls.append(took)
         self.period.checkpointed(took)
         self._last += took  # the loop's time in a checkpoint is not compute time
         if self.mode == "adaptive":  # the next decision, no sooner than the rule allows now
@@ -279,23 +331,6 @@ class Checkpointer:
         elif self.every and (not explicit or self.period.n >= self._due):
             # A save() that took a due checkpoint (see step()) restarts the count.
             self._due = self.period.n + self.every
-
-    def _gather_rng(self) -> tuple[list, list | None]:
-        """Every rank's generator states (now, and at this epoch's loader start) on rank 0."""
-        states = {"rng": rng.capture()}
-        if self._rng_epoch is not None:
-            states["rng-epoch"] = self._rng_epoch
-        tensors = {f"{k}/{n}": t for k, (_, ts) in states.items() for n, t in ts.items()}
-        fields = {k: f for k, (f, _) in states.items()}
-        packed = distributed.pack(tensors, {"fields": json.dumps(fields)})
-        per_rank = [distributed.unpack(b) for b in distributed.all_gather_bytes(packed, self.world)]
-        out: dict[str, list] = {}
-        for tensors_r, meta in per_rank:
-            for key, f in json.loads(meta["fields"]).items():
-                prefix = f"{key}/"
-                ts = {n[len(prefix) :]: t for n, t in tensors_r.items() if n.startswith(prefix)}
-                out.setdefault(key, []).append((f, ts))
-        return out["rng"], out.get("rng-epoch")
 
     def wait(self) -> None:
         """Return when every checkpoint taken so far is committed (rank 0); raise a failure."""
@@ -318,6 +353,42 @@ class Checkpointer:
         self.close()
 
 
+def _ranges(made: planning.Plan, held: holdings.Held, rank: int) -> list[tuple[str, int, int]]:
+    """The byte ranges of this rank's local tensors that it stages: the chunks it writes, and
+    its rows of the small entries that others assemble."""
+    out = []
+    for c in made.mine(rank):
+        if c.entry not in made.assembled:
+            base = held.rows[c.entry][0] * made.entries[c.entry].row_bytes
+            out.append((c.entry, c.lo - base, c.hi - base))
+    for name in made.assembled:
+        if name in held.rows:
+            start, stop = held.rows[name]
+            out.append((name, 0, (stop - start) * made.entries[name].row_bytes))
+    return out
+
+
+def _state_per_parameter(optimizer: torch.optim.Optimizer) -> int:
+    """How many tensors of a parameter's size the optimizer will keep per parameter."""
+    defaults = optimizer.defaults
+    if "betas" in defaults:  # Adam, AdamW, NAdam, RAdam, Adamax
+        return 2 + int(bool(defaults.get("amsgrad")))
+    return int(bool(defaults.get("momentum")))
+
+
+def _on_gpu(model: torch.nn.Module) -> bool:
+    return any(p.device.type == "cuda" for p in model.parameters())
+
+
+def _rescaled(info: Info, world_size: int) -> Position:
+    """Where a run resumed on another number of ranks stands: a mid-epoch checkpoint's step
+    (batches per rank) becomes the batches per rank that cover the same share of the epoch."""
+    pos = info.position
+    if world_size == info.world_size or pos.end_of_epoch:
+        return pos
+    return dataclasses.replace(pos, step=pos.step * info.world_size // world_size)
+
+
 def _spare_cores(model: torch.nn.Module) -> int | None:
     """The cores a background commit may use: those torch does not compute on when the
     model trains on the CPU (at least one); no cap when it trains on an accelerator."""
@@ -333,10 +404,6 @@ def _length(loader: Iterable) -> int | None:
         return len(loader)  # type: ignore[arg-type]
     except TypeError:
         return None
-
-
-def _prefixed(prefix: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {f"{prefix}/{n}": t for n, t in tensors.items()}
 
 
 def fit(

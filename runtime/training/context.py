@@ -23,12 +23,12 @@ import torch
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage.api import Lineage
 from git_mgit.runtime.loading import load_state_dict
-from git_mgit.runtime.training import distributed, state
+from git_mgit.runtime.training import committing, distributed, state, threads
 from git_mgit.runtime.training.checkpointer import Checkpointer
 from git_mgit.runtime.training.distributed import World
 from git_mgit.runtime.training.launch import Spec
 from git_mgit.runtime.training.layout import Info, Position
-from git_mgit.runtime.training.resume import Resume, load_checkpoint
+from git_mgit.runtime.training.resume import Resume, find_checkpoint
 from git_mgit.runtime.training.segment import Segment
 from git_mgit.runtime.training.storage import RunCommitter
 
@@ -53,6 +53,8 @@ def open_run(
     args: list[str] | None = None,
     branch_from: str | None = None,
     world: World | None = None,
+    num_threads: int | None = None,
+    remote: str | None = None,
     **options: Any,
 ) -> Checkpointer:
     """A Checkpointer committing to `runs/RUN` of the repository at `repo` (every rank calls it).
@@ -61,10 +63,15 @@ def open_run(
     lineage` accepts); `resume_from`: a checkpoint commit to restore first
     (its run must be `run`, or `run` a new name to branch from it);
     `branch_from`: where a new run branch starts (default: the code commit,
-    HEAD); `options`: Checkpointer's (mode, every, max_pending, eps, ...).
+    HEAD); `num_threads`: torch's intra-op threads to train with (default: the
+    count `resume_from` records, else as they are: every checkpoint records
+    it); `remote`: where ranks whose repository is not rank 0's (other nodes'
+    clones) publish their objects; `options`: Checkpointer's (mode, every,
+    max_pending, eps, ...).
 
     Under `git mgit replay` (GIT_MGIT_REPLAY set) the replay segment decides:
-    it restores the segment's checkpoint and commits nothing.
+    it restores the segment's checkpoint and commits nothing, on the threads
+    the recording's epochs were trained with.
     """
     world = world or distributed.current()
     segment = Segment.from_env()
@@ -74,23 +81,37 @@ def open_run(
             resume_from = segment.resume
     restoring = resume_from
     if isinstance(resume_from, str):
-        restoring = load_checkpoint(repo, resume_from, world)
+        restoring = find_checkpoint(repo, resume_from, world, remote)
+    recorded = restoring.info.threads if restoring is not None else None
+    count = segment.threads if segment is not None else num_threads or recorded
+    if count is not None:  # the sums of a resumed run split as the checkpoint's did
+        if world.writer and segment is None:
+            threads.warn(recorded, count)
+        threads.use(count)
     start = start or (restoring.info.start if restoring else None)
     commit = code = None
-    if world.writer and options.get("mode") != "off":
+    if options.get("mode") != "off":
         git = find_repo(Path(repo))
-        code = git.git("rev-parse", "--verify", "HEAD")
-        commit = RunCommitter(
-            git,
-            run,
-            code,
-            start=start,
-            previous=restoring.model if restoring else None,
-            resumed_from=restoring.commit if restoring else None,
-            branch_from=branch_from or (restoring.commit if restoring else code),
-            shards=world.world_size,
-        )
-        start = commit.start.id if commit.start else None
+        if world.writer:
+            code = git.git("rev-parse", "--verify", "HEAD")
+            commit = RunCommitter(
+                git,
+                run,
+                code,
+                start=start,
+                previous=restoring.model if restoring else None,
+                resumed_from=restoring.commit if restoring else None,
+                branch_from=branch_from or (restoring.commit if restoring else code),
+                shards=world.world_size,
+            )
+            start = commit.start.id if commit.start else None
+        committer = committing.make(world, git, commit, remote)
+        options = {
+            **options,
+            "commit": committer,
+            "abort": committer.abort,
+            "chunk_size": committer.objects.settings.chunk_size,
+        }
     info = Info(
         run,
         Position(),
@@ -101,13 +122,13 @@ def open_run(
         world_size=world.world_size,
         parallel=_parallel(model),
         start=start,
+        threads=threads.current(),
     )
     return Checkpointer(
         model,
         optimizer,
         scheduler,
         info=info,
-        commit=commit,
         world=world,
         resume=restoring,
         replay=segment,
@@ -215,6 +236,8 @@ class TrainContext:
             args=self.args,
             branch_from=self.spec.branch_from,
             world=self.world,
+            num_threads=self.spec.options.threads,
+            remote=self.spec.options.remote,
             **{**self.spec.options.checkpointer(), **options},
         )
         self._checkpointers.append(ckpt)

@@ -21,6 +21,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 Tensors = dict[str, torch.Tensor]
+Group = dist.ProcessGroup
 CPU = torch.device("cpu")
 
 
@@ -51,7 +52,7 @@ def current() -> World:
     """The World of the initialised default process group (a World of one without one)."""
     if not (dist.is_available() and dist.is_initialized()):
         return World()
-    nccl = dist.get_backend() == "nccl"
+    nccl = "nccl" in str(dist.get_backend())  # "nccl", or "cpu:gloo,cuda:nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if nccl else CPU
     local = int(os.environ.get("LOCAL_RANK", "0"))
     return World(dist.get_rank(), dist.get_world_size(), local, device)
@@ -72,19 +73,43 @@ def _to_tensor(data: bytes, world: World) -> torch.Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(world.device)
 
 
-def all_gather_bytes(data: bytes, world: World) -> list[bytes]:
-    """Every rank's `data`, in rank order, on every rank."""
+def all_gather_bytes(data: bytes, world: World, group: Group | None = None) -> list[bytes]:
+    """Every rank's `data`, in rank order, on every rank (over `group`, a CPU one, if given)."""
     if not world.distributed:
         return [data]
-    size = torch.tensor([len(data)], dtype=torch.int64, device=world.device)
+    device = CPU if group is not None else world.device
+    size = torch.tensor([len(data)], dtype=torch.int64, device=device)
     sizes = [torch.zeros_like(size) for _ in range(world.world_size)]
-    dist.all_gather(sizes, size)
+    dist.all_gather(sizes, size, group=group)
     longest = max(int(s) for s in sizes)
-    mine = torch.zeros(longest, dtype=torch.uint8, device=world.device)
-    mine[: len(data)] = _to_tensor(data, world)
+    mine = torch.zeros(longest, dtype=torch.uint8, device=device)
+    mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
     bufs = [torch.empty_like(mine) for _ in range(world.world_size)]
-    dist.all_gather(bufs, mine)
+    dist.all_gather(bufs, mine, group=group)
     return [bytes(b[: int(s)].cpu().numpy()) for b, s in zip(bufs, sizes, strict=True)]
+
+
+def cpu_group(world: World) -> Group | None:
+    """A gloo group of every rank for a checkpoint writer thread's collectives (a collective).
+
+    A thread beside the training loop cannot share the loop's group: collectives
+    from two threads on one group would pair up differently on each rank.
+    """
+    if not world.distributed:
+        return None
+    return dist.new_group(backend="gloo")
+
+
+def broadcast_(tensor: torch.Tensor, src: int, world: World) -> None:
+    """Rank `src`'s tensor into `tensor` on every rank, in place (through the device on NCCL)."""
+    if not world.distributed:
+        return
+    if tensor.device == world.device:
+        dist.broadcast(tensor, src)
+        return
+    moved = tensor.to(world.device)
+    dist.broadcast(moved, src)
+    tensor.copy_(moved)
 
 
 def broadcast_bytes(data: bytes | None, world: World) -> bytes:

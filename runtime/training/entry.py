@@ -1,7 +1,8 @@
 """One training process, as torchrun starts it: `python -m git_mgit.runtime.training.entry SPEC [ARGS]`.
 
-Sets up the process group from torchrun's environment (NCCL and this
-process's GPU when there is one, gloo on the CPU otherwise), makes GPU
+Sets up the process group from torchrun's environment (`cpu:gloo,cuda:nccl`
+and this process's GPU when there is one, so that CPU tensors' collectives
+and DCP's async_save work beside NCCL; gloo on the CPU otherwise), makes GPU
 kernels deterministic unless the run opted out, imports the user's
 `module:fn` from the repository, and calls it with a TrainContext. When the
 function returns, every checkpointer is closed (background commits done,
@@ -22,11 +23,12 @@ import torch.distributed as dist
 
 from git_mgit.errors import MgitError
 from git_mgit.runtime import callables
+from git_mgit.runtime.training import distributed, threads
 from git_mgit.runtime.training.context import TrainContext
 from git_mgit.runtime.training.distributed import World
 from git_mgit.runtime.training.launch import Spec
 from git_mgit.runtime.training.layout import CheckpointError
-from git_mgit.runtime.training.resume import load_checkpoint
+from git_mgit.runtime.training.resume import find_checkpoint
 
 
 def setup(spec: Spec) -> World:
@@ -42,7 +44,7 @@ def setup(spec: Spec) -> World:
             )
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
-        backend = "nccl"
+        backend = "cpu:gloo,cuda:nccl"  # DCP's async_save and CPU collectives need gloo too
     else:
         device, backend = torch.device("cpu"), "gloo"
     if spec.options.deterministic:
@@ -50,7 +52,7 @@ def setup(spec: Spec) -> World:
         torch.backends.cudnn.benchmark = False
     if "MASTER_ADDR" in os.environ:
         dist.init_process_group(
-            backend, rank=rank, world_size=size, device_id=device if backend == "nccl" else None
+            backend, rank=rank, world_size=size, device_id=device if device.type == "cuda" else None
         )
     return World(rank, size, local, device)
 
@@ -70,8 +72,12 @@ def main(argv: list[str]) -> int:
     ctx = None
     try:
         world = setup(spec)
+        if spec.options.threads is not None:  # rank 0's on every node: one count per run
+            threads.use(distributed.broadcast_int(spec.options.threads, world))
         fn = callables.load(spec.function, Path(spec.root))
-        loaded = load_checkpoint(spec.root, spec.resume, world) if spec.resume else None
+        loaded = None
+        if spec.resume:
+            loaded = find_checkpoint(spec.root, spec.resume, world, spec.options.remote)
         ctx = TrainContext(spec, world, list(argv[1:]), loaded)
         _ALIVE.append(ctx)
         fn(ctx)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from git_mgit.gitcmd import Repo
 from git_mgit.runtime import callables
-from git_mgit.runtime.training import layout, runs
+from git_mgit.runtime.training import layout, runs, threads
 from git_mgit.runtime.training.adaptive import EPS
 from git_mgit.runtime.training.layout import CheckpointError
 
@@ -39,6 +39,8 @@ class Options:
     max_pending: int = 1
     eps: float = EPS
     deterministic: bool = True
+    threads: int | None = None  # torch's intra-op threads per process (None: as they start)
+    remote: str | None = None  # where nodes publish their objects (several nodes)
 
     def checkpointer(self) -> dict[str, object]:
         """The Checkpointer's keyword arguments these options give."""
@@ -129,13 +131,16 @@ def _default_name(function: str) -> str:
 def _to_resume(repo: Repo, req: Request, commits: bool) -> tuple[runs.Found, str]:
     """The checkpoint `--resume` names and the run that continues it, checked."""
     assert req.resume is not None
-    found = runs.find(repo, req.resume)
+    found = runs.find(repo, req.resume, req.options.remote)
     info = found.info
     processes = req.nproc_per_node * req.nnodes
-    if processes != info.world_size:
-        raise CheckpointError(
-            f"checkpoint {found.commit[:10]} was taken by {info.world_size} process(es); "
-            f"resume it with as many (--nproc-per-node x --nnodes is {processes})"
+    if processes != info.world_size:  # every tensor is restored; the data order is not the same
+        print(
+            f"git-mgit: note: checkpoint {found.commit[:10]} was taken by {info.world_size} "
+            f"process(es) and resumes on {processes}: each rank's share of the data (and the "
+            "generators of ranks the checkpoint has none for) differ from a run that kept "
+            f"{info.world_size} (docs/training.md)",
+            file=sys.stderr,
         )
     run = req.name or info.run
     if commits and run == info.run and (n := runs.later(repo, found.commit, run)):
@@ -154,6 +159,14 @@ def plan(repo: Repo, req: Request) -> tuple[Spec, list[str]]:
         raise CheckpointError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT and --name RUN")
     if not repo.git("rev-parse", "--verify", "--quiet", "HEAD", check=False):
         raise CheckpointError("commit your training code first: a run records the code commit")
+    remote = req.options.remote
+    if remote is None and req.nnodes > 1 and "origin" in repo.git("remote").split():
+        remote = "origin"
+    if remote is not None and not repo.git("remote", "get-url", remote, check=False):
+        raise CheckpointError(f"no remote {remote!r} in this clone (`git remote -v` lists them)")
+    if req.options.threads is not None and req.options.threads < 1:
+        raise CheckpointError(f"--threads must be at least 1, not {req.options.threads}")
+    req = dataclasses.replace(req, options=dataclasses.replace(req.options, remote=remote))
     commits = req.options.mode != "off"  # a replay with --checkpoint off writes nothing
     function, args, start, options = req.function, req.args, req.start, req.options
     resume = branch_from = None
@@ -161,13 +174,19 @@ def plan(repo: Repo, req: Request) -> tuple[Spec, list[str]]:
         found, run = _to_resume(repo, req, commits)
         info = found.info
         function, args, start = function or info.function, args or info.args, start or info.start
-        options = dataclasses.replace(options, fsdp=options.fsdp or info.parallel == "fsdp")
+        options = dataclasses.replace(
+            options,
+            fsdp=options.fsdp or info.parallel == "fsdp",
+            threads=options.threads or threads.for_recorded(info.threads, req.nproc_per_node),
+        )
         resume = found.commit
         branch_from = found.commit if run != info.run else None
     elif function is None:
         raise CheckpointError("name the training function (module:fn), or --resume REV")
     else:
         run = req.name or _default_name(function)
+        count = options.threads or threads.for_new_run(req.nproc_per_node)
+        options = dataclasses.replace(options, threads=count)
     if function is None:
         raise CheckpointError(f"checkpoint {resume} records no training function; name one")
     runs.check_name(repo, run)
@@ -215,8 +234,11 @@ def command(spec: Spec, args: list[str], req: Request) -> list[str]:
     return [*cmd, "-m", ENTRY, spec.to_json(), *args]
 
 
-def environment(deterministic: bool = True) -> dict[str, str]:
+def environment(deterministic: bool = True, count: int | None = None) -> dict[str, str]:
+    """This environment for the training processes; `count`: their intra-op threads."""
     env = dict(os.environ)
+    if count is not None:  # torchrun would set 1 for several processes (and say so)
+        env[threads.ENV] = str(count)
     if deterministic:
         # cuBLAS reads it when its handle is made: before the processes touch the GPU.
         env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -250,7 +272,9 @@ def launch(repo: Repo, req: Request) -> int:
             file=sys.stderr,
         )
     done = subprocess.run(
-        command(spec, args, req), cwd=spec.root, env=environment(spec.options.deterministic)
+        command(spec, args, req),
+        cwd=spec.root,
+        env=environment(spec.options.deterministic, spec.options.threads),
     )
     made = new_checkpoints(repo, spec.run, before)
     branch = layout.branch(spec.run)

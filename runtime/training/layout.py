@@ -91,6 +91,7 @@ class Info:
     parallel: str = "none"  # none | ddp | fsdp
     start: str | None = None  # the model version training started from
     visits: list[int] | None = None  # model selection: the partitions this epoch visited, in order
+    threads: int | None = None  # torch's intra-op threads per process (threads.py)
 
     def to_json(self) -> str:
         return canonical(asdict(self))
@@ -169,7 +170,6 @@ def shard_names(names: list[str], sizes: Mapping[str, int], shards: int) -> list
 def plan(snapshot: Snapshot, shards: int) -> tuple[list[PlannedFile], dict[str, bytes]]:
     """The tracked files and the plain files (a folder's index) of one checkpoint commit."""
     info = snapshot.info
-    checkpoint = info.to_json()
     files: list[PlannedFile] = []
     plain: dict[str, bytes] = {}
     if info.parallel == "fsdp":
@@ -185,35 +185,48 @@ def plan(snapshot: Snapshot, shards: int) -> tuple[list[PlannedFile], dict[str, 
                 )
             )
             weight_map.update(dict.fromkeys(part, name))
-        index = {
-            "metadata": {
-                "total_size": sum(t.nbytes for t in snapshot.model.values()),
-                "checkpoint": json.loads(checkpoint),
-            },
-            "weight_map": weight_map,
-        }
-        plain[f"{folder}/{INDEX_FILE}"] = (
-            json.dumps(index, indent=2, sort_keys=True) + "\n"
-        ).encode()
+        total = sum(t.nbytes for t in snapshot.model.values())
+        plain[f"{folder}/{INDEX_FILE}"] = folder_index(info, weight_map, total)
     else:
         files.append(
-            PlannedFile(
-                model_path(info.run, False),
-                dict(snapshot.model),
-                {"format": "pt", "checkpoint": checkpoint},
-            )
+            PlannedFile(model_path(info.run, False), dict(snapshot.model), model_metadata(info))
         )
     training = dict(snapshot.training)
-    meta = {"format": FORMAT, "checkpoint": checkpoint}
-    meta.update({k: canonical(v) for k, v in snapshot.skeletons.items()})
     for key, states in (("rng", snapshot.rng), ("rng-epoch", snapshot.rng_epoch)):
-        if states is None:
-            continue
-        meta[key] = canonical([fields for fields, _ in states])
-        for rank, (_, tensors) in enumerate(states):
+        for rank, (_, tensors) in enumerate(states or []):
             training.update({f"{key}/{rank}/{n}": t for n, t in tensors.items()})
+    meta = training_metadata(info, snapshot.skeletons, snapshot.rng, snapshot.rng_epoch)
     files.append(PlannedFile(training_path(info.run), training, meta))
     return files, plain
+
+
+def model_metadata(info: Info) -> dict[str, str]:
+    """The metadata of a single-file model checkpoint."""
+    return {"format": "pt", "checkpoint": info.to_json()}
+
+
+def folder_index(info: Info, weight_map: Mapping[str, str], total_size: int) -> bytes:
+    """A sharded model folder's Hugging Face index (with the checkpoint's info)."""
+    index = {
+        "metadata": {"total_size": total_size, "checkpoint": json.loads(info.to_json())},
+        "weight_map": dict(weight_map),
+    }
+    return (json.dumps(index, indent=2, sort_keys=True) + "\n").encode()
+
+
+def training_metadata(
+    info: Info,
+    skeletons: Mapping[str, Any],
+    rng: list[tuple[dict[str, Any], Any]] | None,
+    rng_epoch: list[tuple[dict[str, Any], Any]] | None,
+) -> dict[str, str]:
+    """The training file's metadata: format, info, skeletons and every rank's generator fields."""
+    meta = {"format": FORMAT, "checkpoint": info.to_json()}
+    meta.update({k: canonical(v) for k, v in skeletons.items()})
+    for key, states in (("rng", rng), ("rng-epoch", rng_epoch)):
+        if states is not None:
+            meta[key] = canonical([fields for fields, _ in states])
+    return meta
 
 
 def unplan(model: dict[str, Any], training: dict[str, Any], meta: Mapping[str, str]) -> Snapshot:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from git_mgit.gitcmd import Repo
-from git_mgit.runtime.training import launch, layout, runs
+from git_mgit.runtime.training import launch, layout, runs, threads
 from git_mgit.runtime.training.layout import CheckpointError, Info, Position
 from git_mgit.runtime.training.segment import ENV, Segment, read_record
 
@@ -184,8 +184,16 @@ def plan(rec: Recording, jobs: int, first: int | None, last: int | None) -> list
     ]
 
 
-def default_jobs(world_size: int) -> int:
-    return max(1, (os.cpu_count() or 1) // max(world_size, 1))
+def default_jobs(world_size: int, count: int | None = None) -> int:
+    """Workers that fit the cores: each runs `world_size` processes of `count` threads."""
+    return max(1, (os.cpu_count() or 1) // (max(world_size, 1) * (count or 1)))
+
+
+def _threads(rec: Recording, seg: Segment, workers: int) -> int:
+    """The threads the segment's epochs were trained with (the first epoch end it replays
+    records them), or, for a recording from before they were recorded, the cores shared."""
+    recorded = rec.ends[min(e for e in rec.ends if e >= seg.first)].info.threads
+    return threads.for_recorded(recorded, workers * max(rec.info.world_size, 1))
 
 
 def _worker_command(repo: Repo, rec: Recording, req: Request, seg: Segment) -> list[str]:
@@ -200,7 +208,7 @@ def _worker_command(repo: Repo, rec: Recording, req: Request, seg: Segment) -> l
         )
     assert repo.worktree is not None
     launch.check_function(info.function, Path(repo.worktree))
-    options = launch.Options(fsdp=info.parallel == "fsdp", mode="off")
+    options = launch.Options(fsdp=info.parallel == "fsdp", mode="off", threads=seg.threads)
     spec = launch.Spec(
         str(repo.worktree), info.function, info.run, seg.resume, None, info.start, options
     )
@@ -213,20 +221,18 @@ def start(repo: Repo, rec: Recording, req: Request, workdir: Path) -> list[Worke
     if repo.worktree is None:
         raise CheckpointError("git mgit replay runs in a working tree (it runs your code)")
     info = rec.info
-    jobs = req.jobs if req.jobs is not None else default_jobs(info.world_size)
+    jobs = req.jobs if req.jobs is not None else default_jobs(info.world_size, info.threads)
     if jobs < 1:
         raise CheckpointError(f"--jobs must be at least 1, not {jobs}")
+    segments = plan(rec, jobs, req.first, req.last)
     workers = []
-    for i, seg in enumerate(plan(rec, jobs, req.first, req.last)):
+    for i, seg in enumerate(segments):
         record = workdir / f"segment-{i}.jsonl"
         record.unlink(missing_ok=True)
-        seg = Segment(seg.resume, seg.first, seg.last, str(record))
+        count = _threads(rec, seg, len(segments))  # what the recording's epochs were trained with
+        seg = Segment(seg.resume, seg.first, seg.last, str(record), count)
         workers.append(Worker(seg, workdir / f"segment-{i}.log"))
     commands = [_worker_command(repo, rec, req, w.segment) for w in workers]  # check all first
-    base = launch.environment()
-    # Workers share the cores: one process's thread pool per core (torchrun does this too).
-    threads = (os.cpu_count() or 1) // (len(workers) * max(info.world_size, 1))
-    base.setdefault("OMP_NUM_THREADS", str(max(1, threads)))
     try:
         for w, cmd in zip(workers, commands, strict=True):
             with open(w.log, "wb") as log:
@@ -234,7 +240,7 @@ def start(repo: Repo, rec: Recording, req: Request, workdir: Path) -> list[Worke
                 w.process = subprocess.Popen(
                     cmd,
                     cwd=repo.worktree,
-                    env={**base, ENV: w.segment.to_env()},
+                    env={**launch.environment(count=w.segment.threads), ENV: w.segment.to_env()},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from git_mgit import manifest as mf
+from git_mgit.errors import ObjectMissing
 from git_mgit.gitcmd import Repo
 from git_mgit.merge import views
 from git_mgit.runtime.training import layout
@@ -20,6 +21,7 @@ from git_mgit.runtime.training.layout import CheckpointError, Info
 from git_mgit.store.chunkstore import ChunkStore
 
 _ZERO = "0" * 40
+ANCHORS = "refs/mgit/objects/"
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,18 @@ def read_metadata(repo: Repo, blob: str) -> dict[str, str]:
         store.close()
 
 
-def find(repo: Repo, rev: str) -> Found:
-    """The checkpoint commit `rev` names; CheckpointError with the fix if it is none."""
+def fetch_objects(repo: Repo, remote: str) -> None:
+    """Every object the remote's anchors hold that this clone lacks (what other nodes of a run
+    published there)."""
+    repo.git("fetch", "--quiet", "--no-tags", remote, f"{ANCHORS}*:{ANCHORS}*")
+
+
+def find(repo: Repo, rev: str, remote: str | None = None) -> Found:
+    """The checkpoint commit `rev` names; CheckpointError with the fix if it is none.
+
+    `remote`: where the objects of its training file's header are, if this clone
+    lacks them (a node other than the one that committed it).
+    """
     commit = repo.git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
     if not commit:
         raise CheckpointError(f"{rev!r} is not a commit in this repository")
@@ -90,7 +102,13 @@ def find(repo: Repo, rev: str) -> Found:
     training = repo.git("rev-parse", "--verify", "--quiet", f"{commit}:{path}", check=False)
     if not training:
         raise CheckpointError(f"checkpoint commit {commit[:10]} of run {run!r} has no {path}")
-    meta = read_metadata(repo, training)
+    try:
+        meta = read_metadata(repo, training)
+    except ObjectMissing:
+        if remote is None:
+            raise
+        fetch_objects(repo, remote)
+        meta = read_metadata(repo, training)
     if meta.get("format") != layout.FORMAT or "checkpoint" not in meta:
         raise CheckpointError(
             f"{path} in {commit[:10]} is not git-mgit training state ({layout.FORMAT!r})"

@@ -29,6 +29,7 @@ class Segment:
     first: int
     last: int
     record: str  # a file rank 0 appends one JSON line to per replayed epoch
+    threads: int | None = None  # the intra-op threads its epochs were trained with
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))

@@ -11,10 +11,13 @@ staging's job), in one format whatever the wrapping:
 - the scheduler's state_dict;
 flattened (structure.py) into tensors and JSON skeletons.
 
-A model sharded by FSDP (FSDP2's fully_shard, or FSDP1) goes through
-torch.distributed.checkpoint's state_dict API: every rank takes part in
-gathering full tensors, tensor by tensor, into rank 0's host memory
-(cpu_offload), and restoring scatters rank 0's tensors back
+capture() and apply() take and put back a whole state in one process's
+memory: what tuning keeps of a branch and a selection hop carries. A run's
+checkpoints do not go through them: each rank writes its own share
+(holdings.py, plan.py) and restores its own rows (resume.py). For a model
+sharded by FSDP (FSDP2's fully_shard, or FSDP1), capture() gathers the full
+state through torch.distributed.checkpoint's state_dict API into rank 0's
+host memory (cpu_offload), and apply() scatters it back
 (broadcast_from_rank0). Any other model (plain, DDP) holds the same state on
 every rank, so only rank 0 reads it and nothing is communicated.
 """
@@ -72,7 +75,7 @@ def _dcp():
     return state_dict
 
 
-def _param_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+def param_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
     """The name of each parameter the optimizer holds, in its state_dict's id order."""
     names = {id(p): n for n, p in unwrap(model).named_parameters()}
     out = []
@@ -87,7 +90,7 @@ def _param_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> li
     return out
 
 
-def _by_name(osd: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+def by_name(osd: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
     return {
         "state": {names[i]: s for i, s in osd["state"].items()},
         "param_groups": [
@@ -96,7 +99,7 @@ def _by_name(osd: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
     }
 
 
-def _by_id(osd: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+def by_id(osd: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
     ids = {n: i for i, n in enumerate(names)}
     return {
         "state": {ids[n]: s for n, s in osd["state"].items()},
@@ -125,7 +128,7 @@ def capture(
         model_state = dict(unwrap(model).state_dict())
         osd = None
         if optimizer is not None:
-            osd = _by_name(optimizer.state_dict(), _param_names(model, optimizer))
+            osd = by_name(optimizer.state_dict(), param_names(model, optimizer))
     if not world.writer:
         return Captured()
     out = Captured(model=model_state, fresh=sharded)
@@ -148,7 +151,7 @@ def _gather(model: torch.nn.Module, optimizer: Any) -> tuple[Tensors, Any]:
     if not optimizer.state:
         # DCP would initialise the empty state with a zero-gradient step, moving Adam's
         # step count: before the first step there is nothing to gather.
-        return model_state, _by_name(optimizer.state_dict(), _param_names(model, optimizer))
+        return model_state, by_name(optimizer.state_dict(), param_names(model, optimizer))
     return model_state, dcp.get_optimizer_state_dict(model, optimizer, options=options)
 
 
@@ -199,7 +202,7 @@ def apply(
     skeleton = captured.skeletons.get(OPTIMIZER)
     if optimizer is not None and skeleton is not None:
         if not skeleton["state"]:
-            _hyperparameters(
+            hyperparameters(
                 optimizer, structure.unflatten(skeleton["param_groups"], captured.training)
             )
         elif sharded:
@@ -207,14 +210,14 @@ def apply(
             dcp.set_optimizer_state_dict(model, optimizer, osd, options=options)
         else:
             osd = structure.unflatten(skeleton, captured.training)
-            optimizer.load_state_dict(_by_id(osd, _param_names(model, optimizer)))
+            optimizer.load_state_dict(by_id(osd, param_names(model, optimizer)))
     if scheduler is not None and SCHEDULER in captured.skeletons:
         scheduler.load_state_dict(
             structure.unflatten(captured.skeletons[SCHEDULER], captured.training)
         )
 
 
-def _hyperparameters(optimizer: torch.optim.Optimizer, groups: Any) -> None:
+def hyperparameters(optimizer: torch.optim.Optimizer, groups: Any) -> None:
     """Only the groups' settings (lr, betas, ...) of a checkpoint taken before the first step.
 
     Loading an empty state through torch.distributed.checkpoint would

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.lineage.api import Lineage
@@ -30,9 +28,10 @@ from git_mgit.lineage.save import (
     record_many,
     version_manifests,
 )
-from git_mgit.runtime.loading import load_state_dict
+from git_mgit.lineage.save import _commit as save_commit
 from git_mgit.runtime.training import layout, runs
 from git_mgit.runtime.training.layout import Snapshot
+from git_mgit.runtime.training.plan import MODEL
 
 
 @dataclass(frozen=True)
@@ -97,18 +96,37 @@ class RunCommitter:
         """Commit the snapshot; `details` go into its lineage node (a selection's schedule),
         `trailers` into its message (a tuning trial's setting and label)."""
         info = snapshot.info
-        if runs.tip(self.repo, self.branch) is None:
-            runs.create_branch(self.repo, self.branch, self.branch_from)
+        self._branch()
         planned, plain = layout.plan(snapshot, self.shards)
         training = layout.training_path(self.run)
         files = [
             ModelFile(f.path, f.tensors, f.metadata, None if f.path == training else self.base)
             for f in planned
         ]
-        message = layout.message(info, self.resumed_from)
-        message += "".join(f"{k}: {v}\n" for k, v in (trailers or {}).items())
+        message = self._message(info, trailers)
         commit, blobs = commit_files(self.repo, files, message, layout.branch(self.branch), plain)
+        return self._record(info, commit, blobs, details)
+
+    def commit_blobs(self, info: layout.Info, blobs: Mapping[str, str]) -> Committed:
+        """Commit files already in git (manifests written from the ranks' chunks, plain files)."""
+        self._branch()
+        ref = f"refs/heads/{layout.branch(self.branch)}"
+        commit = save_commit(self.repo, blobs, self._message(info, None), ref)
+        return self._record(info, commit, blobs, None)
+
+    def _branch(self) -> None:
+        if runs.tip(self.repo, self.branch) is None:
+            runs.create_branch(self.repo, self.branch, self.branch_from)
+
+    def _message(self, info: layout.Info, trailers: Mapping[str, str] | None) -> str:
+        message = layout.message(info, self.resumed_from)
         self.resumed_from = None  # only the first checkpoint after a resume says so
+        return message + "".join(f"{k}: {v}\n" for k, v in (trailers or {}).items())
+
+    def _record(
+        self, info: layout.Info, commit: str, blobs: Mapping[str, str], details: dict | None
+    ) -> Committed:
+        """The lineage of the checkpoint's model version: provenance first, then version edges."""
         sharded = info.parallel == "fsdp"
         path = layout.model_path(self.run, sharded)
         model = blobs[path] if path in blobs else self.repo.git("rev-parse", f"{commit}:{path}")
@@ -127,28 +145,35 @@ class RunCommitter:
         self.previous = model
         return Committed(commit, model, info)
 
+    def start_chunks(self) -> dict[tuple[str, int, int], bytes]:
+        """(tensor, chunk index, length) -> hash of the start model's chunks: first bases."""
+        return chunk_table(self.base)
+
+
+def chunk_table(manifest: mf.Manifest | None) -> dict[tuple[str, int, int], bytes]:
+    """A manifest's tensor chunks as (tensor name, chunk index, length) -> content hash."""
+    if manifest is None:
+        return {}
+    return {
+        (c.segment.name, c.index, c.length): c.content_hash
+        for c in manifest.chunks()
+        if c.segment.kind == "tensor" and c.segment.name is not None
+    }
+
 
 def read(root: str | Path, found: runs.Found) -> Snapshot:
-    """The snapshot a checkpoint commit holds (host tensors, read from the objects)."""
-    lin = Lineage(find_repo(Path(root)))
-    run = found.info.run
-    model = load_state_dict(f"{found.commit}:{layout.model_path(run, found.sharded)}", lin)
-    training = load_state_dict(f"{found.commit}:{layout.training_path(run)}", lin)
-    meta = runs.read_metadata(lin.repo, found.training)
-    return layout.unplan(_unshared(model), _unshared(training), meta)
+    """The snapshot a checkpoint commit holds (host tensors, read from the objects; a sharded
+    entry's row blocks joined)."""
+    from git_mgit.runtime.training.reading import CheckpointReader
 
-
-def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Give tensors that loading shared (equal content) their own storage.
-
-    Sharing is right for models served side by side, wrong for training state:
-    every parameter's Adam `step` holds the same number, and one shared tensor
-    would be incremented once per parameter.
-    """
-    seen: set[int] = set()
-    out = {}
-    for name, t in tensors.items():
-        ptr = t.untyped_storage().data_ptr()
-        out[name] = t.clone() if ptr in seen and t.numel() else t
-        seen.add(ptr)
-    return out
+    reader = CheckpointReader(find_repo(Path(root)), found.commit, found.info)
+    try:
+        model, training = {}, {}
+        for name in reader.names():
+            if name.startswith(MODEL):
+                model[name[len(MODEL) :]] = reader.read(name)
+            else:
+                training[name] = reader.read(name)
+        return layout.unplan(model, training, reader.metadata)
+    finally:
+        reader.close()

@@ -22,21 +22,23 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
-from git_mgit.runtime.training.layout import CheckpointError, Snapshot
+from git_mgit.runtime.training.layout import CheckpointError
 from git_mgit.runtime.training.staging import Staged
 
-Commit = Callable[[Snapshot], object]
+Taken = Any  # one checkpoint as a rank took it (committing.Taken): has `.info`
+Commit = Callable[[Taken], object]
 Release = Callable[[Staged], None]
+Abort = Callable[[Taken], None]  # what a checkpoint after a failure still does (collectives)
 
 
 class Writer(Protocol):
     def reserve(self) -> None:
         """Wait for room for one more staged checkpoint; raise an earlier failure."""
 
-    def submit(self, snapshot: Snapshot, staged: Staged) -> None:
-        """Commit `snapshot` (whose tensors `staged` holds) now or later."""
+    def submit(self, taken: Taken, staged: Staged) -> None:
+        """Commit `taken` (whose tensors `staged` holds) now or later."""
 
     def wait(self) -> None:
         """Return once everything submitted is committed; raise an earlier failure."""
@@ -51,8 +53,8 @@ class Writer(Protocol):
         """wait(), then stop."""
 
 
-def _failed(snapshot: Snapshot, exc: BaseException) -> CheckpointError:
-    where = snapshot.info.position.label()
+def _failed(taken: Taken, exc: BaseException) -> CheckpointError:
+    where = taken.info.position.label()
     err = CheckpointError(f"checkpoint at {where} failed: {type(exc).__name__}: {exc}")
     err.__cause__ = exc
     return err
@@ -67,12 +69,12 @@ class SyncWriter:
     def reserve(self) -> None:
         pass
 
-    def submit(self, snapshot: Snapshot, staged: Staged) -> None:
+    def submit(self, taken: Taken, staged: Staged) -> None:
         try:
             staged.ready()
-            self._commit(snapshot)
+            self._commit(taken)
         except Exception as exc:
-            raise _failed(snapshot, exc) from exc
+            raise _failed(taken, exc) from exc
         finally:
             self._release(staged)
 
@@ -92,12 +94,14 @@ class SyncWriter:
 class BackgroundWriter:
     """Commits in one background thread, at most `max_pending` checkpoints behind the loop."""
 
-    def __init__(self, commit: Commit, release: Release, max_pending: int = 1) -> None:
+    def __init__(
+        self, commit: Commit, release: Release, max_pending: int = 1, abort: Abort | None = None
+    ) -> None:
         if max_pending < 1:
             raise CheckpointError(f"max_pending must be at least 1, not {max_pending}")
-        self._commit, self._release = commit, release
+        self._commit, self._release, self._abort = commit, release, abort
         self._slots = threading.BoundedSemaphore(max_pending)
-        self._jobs: queue.Queue[tuple[Snapshot, Staged] | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[Taken, Staged] | None] = queue.Queue()
         self._error: CheckpointError | None = None
         self._closed = False
         self._pending = 0  # submitted, not yet committed
@@ -118,20 +122,23 @@ class BackgroundWriter:
             self._slots.release()
             self._raise()
 
-    def submit(self, snapshot: Snapshot, staged: Staged) -> None:
+    def submit(self, taken: Taken, staged: Staged) -> None:
         """After reserve(): hand the staged checkpoint to the thread and return at once."""
         self._pending += 1
-        self._jobs.put((snapshot, staged))
+        self._jobs.put((taken, staged))
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
-            snapshot, staged = job
+            taken, staged = job
             try:
                 if self._error is None:
                     staged.ready()
-                    self._commit(snapshot)
+                    self._commit(taken)
+                elif self._abort is not None:
+                    self._abort(taken)
             except BaseException as exc:  # kept for the loop: a thread cannot raise into it
-                self._error = _failed(snapshot, exc)
+                if self._error is None:
+                    self._error = _failed(taken, exc)
             finally:
                 self._release(staged)
                 self._finished_at = time.perf_counter()

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage.api import Lineage
-from git_mgit.runtime.training import layout, runs
+from git_mgit.runtime.training import layout, runs, threads
 from git_mgit.runtime.training.layout import Info, Position, Snapshot
 from git_mgit.runtime.training.storage import Committed, RunCommitter
 
@@ -49,7 +49,8 @@ class RunRecord:
     def stamp(
         self, snapshot: Snapshot, clock: int, metrics: Mapping[str, float | str], tunables: dict
     ) -> Snapshot:
-        """The snapshot with what its commit says about it: clock, metrics, setting, code."""
+        """The snapshot with what its commit says about it: clock, metrics, setting, code, and
+        the threads it was computed with (training it again gives the same bits on as many)."""
         info = Info(
             self.name,
             position(clock, self.epoch),
@@ -57,6 +58,7 @@ class RunRecord:
             dict(tunables),
             self.code,
             self.function,
+            threads=threads.current(),
         )
         return dataclasses.replace(snapshot, info=info)
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import checkpointing
+import ckpt_bench
 import deltabits
 import history_bench
 import large_bench
@@ -30,6 +31,7 @@ import replay_bench
 import report
 import scaleout_bench
 import selection_bench
+import stores_bench
 import training
 import tune_bench
 from phases import Context, log
@@ -92,6 +94,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--quick under 2)",
     )
     p.add_argument(
+        "--training-checkpoints-only",
+        action="store_true",
+        help="only the training checkpoints section: a GPT-style decoder checkpointed by "
+        "git-mgit (sync, background, adaptive) against DCP's async_save and torch.save, on a GPU "
+        "when there is one (about 4 minutes), else on 2 CPU ranks (about 5, --quick 3)",
+    )
+    p.add_argument(
         "--scaleout-only",
         action="store_true",
         help="only the runtime scale-out section: test and cascade over a 33-model zoo on "
@@ -103,6 +112,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="only the history section: clone, pull, old checkout and push over 20-checkpoint "
         "series against git-lfs (about 10 minutes, --quick 4 checkpoints)",
+    )
+    p.add_argument(
+        "--stores-only",
+        action="store_true",
+        help="only the stores section: git-mgit's Git LFS and S3 stores against git-lfs on "
+        "giftless and SeaweedFS, on the history series, and a 1 GiB model against the stores' "
+        "plain clients (--quick: 4 checkpoints, 128 MiB)",
     )
     p.add_argument(
         "--large-only",
@@ -190,6 +206,12 @@ def _selection_only(args: argparse.Namespace, scratch: Path) -> int:
     return _section_only(args, "selection", data, report.selection_table(data), checks)
 
 
+def _training_checkpoints_only(args: argparse.Namespace, scratch: Path) -> int:
+    data = ckpt_bench.bench(scratch, isolated_env(scratch), args.quick)
+    checks = [report.Target(*t) for t in ckpt_bench.targets(data)]
+    return _section_only(args, "training_checkpoints", data, ckpt_bench.table(data), checks)
+
+
 def _scaleout_only(args: argparse.Namespace, scratch: Path) -> int:
     data = scaleout_bench.bench(scratch, isolated_env(scratch), args.quick)
     checks = report.scaleout_targets(data)
@@ -200,6 +222,12 @@ def _history_only(args: argparse.Namespace, scratch: Path) -> int:
     data = history_bench.bench(scratch, isolated_env(scratch), args.quick)
     checks = report.history_targets(data)
     return _section_only(args, "history", data, report.history_table(data), checks)
+
+
+def _stores_only(args: argparse.Namespace, scratch: Path) -> int:
+    data = stores_bench.bench(scratch, isolated_env(scratch), args.quick)
+    checks = report.stores_targets(data)
+    return _section_only(args, "stores", data, report.stores_table(data), checks)
 
 
 def _large_only(args: argparse.Namespace, scratch: Path) -> int:
@@ -270,6 +298,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
     results["series"] = series
     if not args.core_only:
         results["history"] = history_bench.bench(ctx.scratch, ctx.env, args.quick)
+        results["stores"] = stores_bench.bench(ctx.scratch, ctx.env, args.quick)
         results["large"] = large_bench.bench(ctx.scratch, ctx.env, args.large_size_mib)
         _later_sections(args, ctx, data, results)
 
@@ -301,6 +330,7 @@ def _later_sections(
     results["checkpointing"] = _training(scratch, ctx.env, args.quick)
     results["selection"] = _selection(scratch, ctx.env, args.quick)
     results["scaleout"] = scaleout_bench.bench(scratch, ctx.env, args.quick)
+    results["training_checkpoints"] = ckpt_bench.bench(scratch, ctx.env, args.quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,8 +355,12 @@ def main(argv: list[str] | None = None) -> int:
             return _selection_only(args, scratch)
         if args.scaleout_only:
             return _scaleout_only(args, scratch)
+        if args.training_checkpoints_only:
+            return _training_checkpoints_only(args, scratch)
         if args.history_only:
             return _history_only(args, scratch)
+        if args.stores_only:
+            return _stores_only(args, scratch)
         if args.large_only:
             return _large_only(args, scratch)
         results = run(args, scratch)

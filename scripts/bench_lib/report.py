@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import ckpt_bench
 import scaleout_bench
+import stores_bench
 import tune_bench
 from tools import LFS, MGIT, PASSTHROUGH
 
@@ -185,6 +187,8 @@ def targets(results: dict[str, Any]) -> list[Target]:
     )
     if "history" in results:
         out += history_targets(results["history"])
+    if "stores" in results:
+        out += stores_targets(results["stores"])
     if "large" in results:
         out += large_targets(results["large"])
     if "lineage" in results:
@@ -199,6 +203,8 @@ def targets(results: dict[str, Any]) -> list[Target]:
         out += selection_targets(results["selection"])
     if "scaleout" in results:
         out += scaleout_targets(results["scaleout"])
+    if "training_checkpoints" in results:
+        out += [Target(*t) for t in ckpt_bench.targets(results["training_checkpoints"])]
     return out
 
 
@@ -737,6 +743,8 @@ def render(results: dict[str, Any], checks: list[Target]) -> str:
         parts += [_series_table(label, run), ""]
     if "history" in results:
         parts += [history_table(results["history"]), ""]
+    if "stores" in results:
+        parts += [stores_table(results["stores"]), ""]
     if "large" in results:
         parts += [large_table(results["large"]), ""]
     if "lineage" in results:
@@ -751,6 +759,8 @@ def render(results: dict[str, Any], checks: list[Target]) -> str:
         parts += [selection_table(results["selection"]), ""]
     if "scaleout" in results:
         parts += [scaleout_table(results["scaleout"]), ""]
+    if "training_checkpoints" in results:
+        parts += [ckpt_bench.table(results["training_checkpoints"]), ""]
     parts += ["", "## Targets", ""]
     parts += [check.line() for check in checks]
     return "\n".join(parts)
@@ -986,3 +996,127 @@ def large_targets(data: dict[str, Any]) -> list[Target]:
             ),
         ),
     ]
+
+
+STORES = stores_bench.TOOLS
+POINTER_STORES = stores_bench.RAW  # each pointer store, and the plain client it is held to
+
+
+def _mib(x: float) -> str:
+    return f"{x / MIB:.1f}"
+
+
+def _stores_series_table(label: str, s: dict[str, Any]) -> str:
+    """One series: what each store's server holds, and what push, clone and pull cost."""
+    refs = s[stores_bench.REFS]["server"]["total"]
+    lfs = s[stores_bench.GIT_LFS]["server"]["total"]
+
+    def row(name: str, cell) -> tuple[str, list[str]]:
+        return name, [cell(s[t]) for t in STORES]
+
+    rows = [
+        row("server stores (MiB)", lambda r: _mib(r["server"]["total"])),
+        row(
+            "  git / blob store (MiB)",
+            lambda r: f"{r['server']['git'] / MIB:.2f} / {_mib(r['server']['objects'])}",
+        ),
+        row("  / refs store's", lambda r: f"{r['server']['total'] / refs:.3f}"),
+        row("  / git-lfs's", lambda r: f"{r['server']['total'] / lfs:.3f}"),
+        row("push of the history (s)", lambda r: f"{r['push_s']:.2f}"),
+        row("fresh clone .git (MiB)", lambda r: _mib(r["clone_bytes"])),
+        row("fresh clone, median of 5 (s)", lambda r: f"{r['clone_s']:.2f}"),
+        row("push of one more checkpoint (s)", lambda r: f"{r['push_one_s']:.2f}"),
+        row("  server stores then (MiB)", lambda r: _mib(r["server_after_one_more"]["total"])),
+        row("pull of it (MiB)", lambda r: _mib(r["pull_bytes"])),
+        row("pull (s)", lambda r: f"{r['pull_s']:.2f}"),
+    ]
+    title = f"stores: {label}, {s['checkpoints']} checkpoints of {_mib(s['bytes_each'])} MiB"
+    return _table(title, list(STORES), rows)
+
+
+def _gbps(data: dict[str, Any], tool: str, step: str) -> float:
+    """Model bytes per second (10^9), median over the rounds."""
+    return data["bytes"] / 1e9 / median(data["tools"][tool][step])
+
+
+def _stores_transfer_table(data: dict[str, Any]) -> str:
+    """The big model: push and clone per pointer store and git-lfs, beside the plain client."""
+    order = [t for store, raw in POINTER_STORES.items() for t in (store, raw)]
+    order.append(stores_bench.GIT_LFS)
+    rows = []
+    for tool in order:
+        samples = data["tools"][tool]
+        rows.append(
+            (
+                tool,
+                [
+                    f"{median(samples['push_s']):.2f}",
+                    f"{_gbps(data, tool, 'push_s'):.2f}",
+                    f"{median(samples['clone_s']):.2f}",
+                    f"{_gbps(data, tool, 'clone_s'):.2f}",
+                    _mib(data["object_bytes"][tool]),
+                ],
+            )
+        )
+    columns = ["push/upload (s)", "GB/s", "clone/download (s)", "GB/s", "objects (MiB)"]
+    title = (
+        f"stores: fp32 model of {data['bytes']:,} bytes ({data['size_mib']} MiB), "
+        f"{data['concurrency']} transfers at once, median of {data['rounds']} round(s); "
+        "GB/s of model bytes"
+    )
+    return _table(title, columns, rows)
+
+
+def stores_table(data: dict[str, Any]) -> str:
+    parts = [_stores_series_table(label, s) for label, s in data["series"].items()]
+    return "\n\n".join([*parts, _stores_transfer_table(data["transfer"])])
+
+
+def stores_targets(data: dict[str, Any]) -> list[Target]:
+    """Issue 27: a pointer store costs what the refs store does, and beats git-lfs."""
+    out = []
+    for label, s in data["series"].items():
+        refs, lfs = s[stores_bench.REFS], s[stores_bench.GIT_LFS]
+        for tool in POINTER_STORES:
+            m = s[tool]
+            held = m["server"]["total"]
+            out.append(
+                Target(
+                    f"stores {label}: {tool}'s server stores at most 1.05x the refs store's",
+                    held <= 1.05 * refs["server"]["total"],
+                    f"{held / refs['server']['total']:.3f}x ({_mib(held)} vs "
+                    f"{_mib(refs['server']['total'])} MiB); {held / lfs['server']['total']:.2f}x "
+                    f"git-lfs's ({_mib(lfs['server']['total'])} MiB)",
+                )
+            )
+            clone = m["clone_bytes"] / lfs["clone_bytes"]
+            out.append(
+                Target(
+                    f"stores {label}: {tool}: fresh clone at most 0.9x git-lfs's bytes, no slower",
+                    clone <= 0.9 and m["clone_s"] <= lfs["clone_s"],
+                    f"{clone:.2f}x ({_mib(m['clone_bytes'])} vs {_mib(lfs['clone_bytes'])} MiB), "
+                    f"{m['clone_s']:.2f} s vs {lfs['clone_s']:.2f} s",
+                )
+            )
+            for key, what in (("push_s", "the history"), ("push_one_s", "one more checkpoint")):
+                ratio = m[key] / lfs[key]
+                out.append(
+                    Target(
+                        f"stores {label}: {tool}: push of {what} at most 1.5x git-lfs's time",
+                        ratio <= 1.5,
+                        f"{m[key]:.2f} s vs {lfs[key]:.2f} s ({ratio:.2f}x)",
+                    )
+                )
+    big = data["transfer"]
+    for tool, raw in POINTER_STORES.items():
+        for key, what in (("push_s", "push"), ("clone_s", "clone")):
+            mine, theirs = _gbps(big, tool, key), _gbps(big, raw, key)
+            out.append(
+                Target(
+                    f"stores, {big['size_mib']} MiB model: {tool} {what} at least 0.7x the "
+                    f"{raw}'s throughput",
+                    mine >= 0.7 * theirs,
+                    f"{mine:.2f} vs {theirs:.2f} GB/s ({mine / theirs:.2f}x)",
+                )
+            )
+    return out

@@ -16,6 +16,7 @@ _EXPORTS = {
     "DELTA_GAIN": "codec",
     "Encoded": "codec",
     "encode": "codec",
+    "encode_as": "codec",
     "reversed_xor": "codec",
     "BytesSource": "decoder",
     "ChunkDecoder": "decoder",

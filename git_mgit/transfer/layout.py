@@ -155,15 +155,17 @@ def groups(
     yield from by_key.items()
 
 
-def estimate(store: ChunkStore, cands: Candidates) -> Estimates:
+def estimate(store: ChunkStore, cands: Candidates, max_depth: int) -> Estimates:
     """Estimated sizes: each version whole, and each (version, possible base) as its delta.
 
     What this clone stores says most of it without decoding anything: a chunk stored
     whole is its object's size; a delta of two chunks is the size of the object storing
     one as a delta of the other (XOR and integer subtraction are symmetric, so the delta
-    the other way round is the same size); a chunk stored only as a delta is about as
-    large whole as the same tensor's chunk in the nearest version stored whole. The rest
-    is estimated the way the encoder decides, on the chunks' sample windows.
+    the other way round is the same size), or does not pay where `git add` found so (it
+    stored the newer chunk whole, with the older one as its candidate base and room in
+    the chain below `max_depth`); a chunk stored only as a delta is about as large whole
+    as the same tensor's chunk in the nearest version stored whole. The rest is
+    estimated the way the encoder decides, on the chunks' sample windows.
     """
     order = cands.order()
     involved = list(dict.fromkeys([*order, *(n for v in order for n in cands.bases(v))]))
@@ -185,6 +187,13 @@ def estimate(store: ChunkStore, cands: Candidates) -> Estimates:
                 a, b = at.get(v), at.get(n)
                 if a is not None and b is not None and a != b and (a, b) not in delta_of:
                     known = _stored_delta(store, a, b)
+                    if (
+                        known is None
+                        and n in cands.children.get(v, ())  # `git add` of n had v as its base
+                        and b in stored
+                        and _add_kept_whole(store, a, b, max_depth)
+                    ):
+                        known = stored[b]  # the delta did not pay
                     if known is None:
                         smp, scale = sampler.get(a, key[2])
                         known = codec.estimate_delta(smp, key[2], sampler.get(b, key[2])[0]) * scale
@@ -241,6 +250,17 @@ def _stored_delta(store: ChunkStore, a: bytes, b: bytes) -> float | None:
     sizes = [n for _, n, base in store.holders(b) if base == a]
     sizes += [n for _, n, base in store.holders(a) if base == b]
     return float(min(sizes)) if sizes else None
+
+
+def _add_kept_whole(store: ChunkStore, older: bytes, newer: bytes, max_depth: int) -> bool:
+    """Whether `git add` stored `newer` whole though `older` was its candidate delta base
+    (the same tensor's chunk in the version before) and the chain had room: the delta did
+    not pay then, and does not either way now."""
+    holders = store.holders(newer)
+    if not any(base is None for _, _, base in holders) or any(b == older for _, _, b in holders):
+        return False
+    found = store.resolve(older)
+    return found is not None and found.depth + 1 <= max_depth
 
 
 def _nearest(chunks: list[bytes], i: int, whole: dict[bytes, float]) -> float | None:

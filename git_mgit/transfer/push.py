@@ -92,7 +92,7 @@ def push_versions(
         if not cands.publish:
             return report
         _refuse_missing(store, cands)
-        estimates = layout.estimate(store, cands)
+        estimates = layout.estimate(store, cands, settings.max_chain_depth)
         plan = layout.decide(cands, estimates, settings.fetch_budget, settings.max_chain_depth)
         report.store = choose(repo, remote, recorded_store(repo, remote, listing))
         target = store_for(repo, remote, report.store)

@@ -148,7 +148,7 @@ def node_hashes(cache: Path) -> set[bytes]:
 # -- git mgit test ---------------------------------------------------------------------------
 
 
-def tests_on_cluster(lin: Lineage, address: str, local: list[dict]) -> tuple:
+def registered_tests_on(lin: Lineage, address: str, local: list[dict]) -> tuple:
     """Every registered test at HEAD on the cluster: (targets, pairs, results, stats), after
     checking the metrics are the local backend's (`git mgit test --json` rows)."""
     runner = Runner(lin, None, address)
@@ -171,7 +171,7 @@ def test_tests_on_two_nodes_match_the_local_backend_and_fetch_only_their_version
 
     other = pushed_copy(template, tmp_path / "b")
     lin = Lineage(find_repo(other))
-    chosen, pairs, results, stats = tests_on_cluster(lin, dask.address, local)
+    chosen, pairs, results, stats = registered_tests_on(lin, dask.address, local)
     here, there = Lineage(find_repo(repo)), Lineage(find_repo(other))
     for r in results:
         assert there.recorded_test(r.target.version, r.test.name, r.code) == r.metrics
@@ -444,7 +444,7 @@ def test_nodes_fetch_their_versions_from_a_pointer_store(
     local = json.loads(mgit("test", "--json", "--jobs", "2", cwd=plain).stdout)
     lin = Lineage(find_repo(repo))
     with cluster(tmp_path / "cluster") as dask:  # started here: the nodes see the credentials
-        _, _, _, stats = tests_on_cluster(lin, dask.address, local)
+        _, _, _, stats = registered_tests_on(lin, dask.address, local)
         assert sum(stats.remote.values()) > 0 and sum(stats.head.values()) == 0
         for node in dask.nodes:
             given = set(stats.given[node.address])

@@ -39,12 +39,17 @@ def test_any_bytes_round_trip(dtype: str, data: bytes) -> None:
 )
 @settings(max_examples=100, deadline=None)
 def test_delta_round_trip(dtype: str, data: bytes, flips: int) -> None:
+    base = codecs.Base(data, hashing.digest(data), 0)
+    roundtrip(flipped(data, flips), dtype, base)
+
+
+def flipped(data: bytes, flips: int) -> bytes:
+    """`data` with `flips` random bytes changed (a training step's worth of difference)."""
     cur = bytearray(data)
     rng = np.random.default_rng(flips)
     for i in rng.integers(0, len(cur), flips):
         cur[i] ^= int(rng.integers(1, 256))
-    base = codecs.Base(data, hashing.digest(data), 0)
-    roundtrip(bytes(cur), dtype, base)
+    return bytes(cur)
 
 
 def special_floats(dtype: str) -> bytes:
@@ -155,19 +160,15 @@ def test_misfiled_object_is_detected() -> None:
 @settings(max_examples=100, deadline=None)
 def test_a_reversed_xor_delta_decodes_to_its_base(dtype: str, data: bytes, flips: int) -> None:
     """B stored as `xor` of A, reversed: A as `xor` of B, the same payload, exact both ways."""
-    cur = bytearray(data)
-    rng = np.random.default_rng(flips)
-    for i in rng.integers(0, len(cur), flips):
-        cur[i] ^= int(rng.integers(1, 256))
-    a, b = data, bytes(cur)
+    a, b = data, flipped(data, flips)
     ha, hb = hashing.digest(a), hashing.digest(b)
     forward = codecs.encode_as(Codec.XOR, b, dtype, hb, codecs.Base(a, ha, 2))
     blob = b"".join(bytes(p) for p in forward.parts)
     back = codecs.reversed_xor(blob, depth=1)
     assert back is not None and back.header.content_hash == ha and back.header.base_hash == hb
     assert back.header.depth == 1 and back.parts[1:] and bytes(back.parts[-1]) in blob
-    flipped = b"".join(bytes(p) for p in back.parts)
-    out = codecs.decode(flipped, lambda h: bytearray(b) if h == hb else None, ha)
+    reversed_blob = b"".join(bytes(p) for p in back.parts)
+    out = codecs.decode(reversed_blob, lambda h: bytearray(b) if h == hb else None, ha)
     assert bytes(out) == a
     whole = b"".join(bytes(p) for p in codecs.encode(a, dtype, ha).parts)
     assert codecs.reversed_xor(whole, depth=1) is None  # only xor objects reverse

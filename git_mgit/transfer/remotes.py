@@ -98,21 +98,21 @@ def list_versions(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:
     )
     folder = repo.mgit_dir / "remotes"
     folder.mkdir(exist_ok=True)
-    tmp = folder / f".{_file_name(remote)}.{os.getpid()}"
+    tmp = folder / f".{file_name(remote)}.{os.getpid()}"
     tmp.write_text(record)
-    os.replace(tmp, folder / _file_name(remote))
+    os.replace(tmp, folder / file_name(remote))
     return listing
 
 
 def recorded_versions(repo: Repo, remote: str) -> dict[str, str] | None:
     """The version refs `remote` listed when last asked (None if never)."""
     try:
-        text = (repo.mgit_dir / "remotes" / _file_name(remote)).read_text()
+        text = (repo.mgit_dir / "remotes" / file_name(remote)).read_text()
     except FileNotFoundError:
         return None
     return {name: oid for oid, _, name in (line.partition(" ") for line in text.splitlines())}
 
 
-def _file_name(remote: str) -> str:
+def file_name(remote: str) -> str:
     """A remote name (or URL) as one safe file name."""
     return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in remote)

@@ -112,14 +112,19 @@ def parse_record(message: str) -> str | None:
 def recorded_store(repo: Repo, remote: str, listing: dict[str, str]) -> str | None:
     """The store the remote records (`listing` holds its refs/mgit/store, if any).
 
-    Its commit is fetched by id when it is not here (nothing keeps it: it is tiny).
+    Its commit is fetched by name, which every server serves, into
+    refs/mgit/stores/<remote>, when it is not here already.
     """
     commit = listing.get(RECORD_REF)
     if commit is None:
         return None
     if not repo.existing([commit]):
-        from git_mgit.transfer.remotes import transfer
+        from git_mgit.transfer.remotes import file_name, transfer
 
-        transfer(repo, "fetch", "--no-tags", "--no-write-fetch-head", remote, commit)
+        local = f"refs/mgit/stores/{file_name(remote)}"
+        transfer(
+            repo, "fetch", "--no-tags", "--no-write-fetch-head", remote, f"+{RECORD_REF}:{local}"
+        )
+        commit = repo.git("rev-parse", "--verify", "--quiet", local, check=False) or commit
     body = repo.cat_blobs([commit])[0]
     return parse_record(body.decode("utf-8", "replace")) if body else None

@@ -19,7 +19,8 @@ non-tensor parts), `plan` (which rank writes which chunk of which file),
 arenas allocated ahead), `layout` (how a checkpoint lies in a commit;
 `Info`, `Position`), `writers` (sync, or a background thread with
 back-pressure), `committing` (every rank's part of a commit), `objects`
-(a rank's chunks into the object store, on several threads), `assemble`
+(a rank's chunks into the object store, by its `encoders`: processes doing
+`encoding`, reading arenas in place through `sharedmem`), `assemble`
 (rank 0's headers and manifests), `storage` (commits with lineage), `runs`
 (run branches and checkpoint commits), `reading` and `resume` (restoring
 each rank's rows, on any number of ranks), `state` (a whole state in one

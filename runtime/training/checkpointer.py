@@ -26,7 +26,6 @@ of its cost: adaptive.py).
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -35,7 +34,7 @@ import torch
 
 from git_mgit import cores
 from git_mgit.config import DEFAULT_CHUNK_SIZE
-from git_mgit.runtime.training import distributed, holdings, rng
+from git_mgit.runtime.training import distributed, holdings, rng, threads
 from git_mgit.runtime.training import plan as planning
 from git_mgit.runtime.training.adaptive import EPS, RESTORE_RATIO, AdaptivePeriod
 from git_mgit.runtime.training.committing import Taken
@@ -75,11 +74,13 @@ class Checkpointer:
         resume: Resume | None = None,
         replay: Segment | None = None,
         abort: Abort | None = None,
+        shutdown: Callable[[], None] | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
     ) -> None:
         """`info` describes the run (its position is ignored); `commit` commits what this rank
         took of a checkpoint (a committing.RankCommitter on every rank; None with mode "off");
         `abort` is what a checkpoint after a failed one still does (the committer's abort);
+        `shutdown` is called by close(), last (the committer's close: its encoder processes);
         `every`: step() checkpoints every that many iterations (not in adaptive mode; None:
         never); `chunk_size`: the repository's (the largest chunk a plan makes).
 
@@ -99,10 +100,12 @@ class Checkpointer:
         self.replay = replay
         self.mode, self.every = ("off" if replay else mode), every
         self.info = info
+        self._shutdown = shutdown
         self.position = Position()
         self.metrics: Mapping[str, Any] = {}
         self.commits: list[Any] = []  # what `commit` returned, in order (rank 0)
         self.stalls: list[float] = []  # seconds the loop spent in each checkpoint
+        self.committer = commit  # in a run, a RankCommitter: its `history` is what each stored
         self.commit_seconds: list[float] = []  # seconds this rank's writer took for each
         self.committer = commit  # what commits this rank's share (its stats, for benchmarks)
         self.period = AdaptivePeriod(eps, restore_ratio)
@@ -344,6 +347,9 @@ class Checkpointer:
                 self._writer.close()
         finally:
             cores.limit(self._cores_before)
+            if self._shutdown is not None:
+                self._shutdown()
+                self._shutdown = None
             self.world.barrier()
 
     def __enter__(self) -> Checkpointer:
@@ -389,13 +395,10 @@ def _rescaled(info: Info, world_size: int) -> Position:
     return dataclasses.replace(pos, step=pos.step * info.world_size // world_size)
 
 
-def _spare_cores(model: torch.nn.Module) -> int | None:
-    """The cores a background commit may use: those torch does not compute on when the
-    model trains on the CPU (at least one); no cap when it trains on an accelerator."""
+def _spare_cores(model: torch.nn.Module) -> int:
+    """The cores a background commit may use (threads.spare, for where the model trains)."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    if device.type != "cpu":
-        return None
-    return max(1, (os.cpu_count() or 1) - torch.get_num_threads())
+    return threads.spare(device.type)
 
 
 def _length(loader: Iterable) -> int | None:

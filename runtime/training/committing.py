@@ -32,7 +32,7 @@ import torch
 
 from git_mgit import config, cores, hashing
 from git_mgit.gitcmd import Repo
-from git_mgit.runtime.training import distributed, layout
+from git_mgit.runtime.training import distributed, layout, threads
 from git_mgit.runtime.training.assemble import RngStates, assemble, write_blobs
 from git_mgit.runtime.training.distributed import Group, World
 from git_mgit.runtime.training.layout import CheckpointError, Info
@@ -57,11 +57,20 @@ class Taken:
     rng: RngState | None = None
     rng_epoch: RngState | None = None
 
+    def _local(self, entry: str, lo: int, hi: int) -> tuple[int, int]:
+        """Bytes [lo, hi) of the full entry as bytes of this rank's local rows."""
+        base = self.rows[entry][0] * self.plan.entries[entry].row_bytes
+        return lo - base, hi - base
+
     def entry_bytes(self, entry: str, lo: int, hi: int) -> memoryview:
         """Bytes [lo, hi) of the full entry, from this rank's staged rows."""
-        row_bytes = self.plan.entries[entry].row_bytes
-        base = self.rows[entry][0] * row_bytes
-        return self.staged.view(entry, lo - base, hi - base)
+        return self.staged.view(entry, *self._local(entry, lo, hi))
+
+    def entry_job(self, key: Key, entry: str, lo: int, hi: int) -> Job:
+        """The job of storing bytes [lo, hi) of the full entry (from the shared arena)."""
+        local = self._local(entry, lo, hi)
+        place = self.staged.place(entry, *local)
+        return Job(key, self.staged.view(entry, *local), self.plan.entries[entry].dtype, place)
 
 
 @dataclass
@@ -74,6 +83,8 @@ class Stats:
     objects: int = 0
     seconds: float = 0.0
     threads: int = 0
+    encoder_cpu_s: float = 0.0
+    encoder_memory: int = 0  # the encoders' private memory at their peaks, summed
 
 
 def make(world: World, repo: Repo, run: RunCommitter | None, remote: str | None) -> RankCommitter:
@@ -98,7 +109,7 @@ def make(world: World, repo: Repo, run: RunCommitter | None, remote: str | None)
         start = json.dumps([[n, i, size, hashing.to_text(h)] for (n, i, size), h in known.items()])
     table = json.loads(distributed.broadcast_bytes(start.encode() if start else None, world))
     chunks = {(n, i, length): hashing.from_text(h) for n, i, length, h in table}
-    objects = ObjectWriter(repo, config.load(repo), chunks)
+    objects = ObjectWriter(repo, config.load(repo), chunks, threads.spare(world.device.type))
     publish = remote if apart else None  # one repository for every rank: nothing to move
     return RankCommitter(world, group, repo, objects, run, same[world.rank], publish)
 
@@ -155,8 +166,8 @@ class RankCommitter:
         assembled = self._exchange(taken, failure is None)
         if failure is None:
             try:
-                threads = cores.available()
-                written = self.objects.write(self._jobs(taken, assembled), threads)
+                count = cores.available()
+                written = self.objects.write(self._jobs(taken, assembled), count)
                 mine, anchor = written.hashes, written.anchor
                 if anchor is not None and self.remote is not None:
                     self._publish(anchor)
@@ -166,7 +177,9 @@ class RankCommitter:
                     written.stored,
                     written.objects,
                     time.perf_counter() - began,
-                    threads,
+                    count,
+                    written.cpu_s,
+                    written.peak_anon,
                 )
                 self.history.append(self.stats)
             except BaseException as exc:
@@ -177,6 +190,10 @@ class RankCommitter:
         if not self.world.writer:
             return None
         return self._commit(taken, parts)
+
+    def close(self) -> None:
+        """Stop this rank's encoder processes (the committer is not used after)."""
+        self.objects.close()
 
     def abort(self, taken: Taken) -> None:
         """Take part in a checkpoint's collectives without storing anything: an earlier one
@@ -233,11 +250,12 @@ class RankCommitter:
     def _jobs(self, taken: Taken, assembled: Mapping[str, memoryview]) -> list[Job]:
         jobs = []
         for c in taken.plan.mine(self.world.rank):
+            key = (c.file, c.tensor, c.index)
             if c.entry in assembled:
                 data = assembled[c.entry][c.lo : c.hi]
+                jobs.append(Job(key, data, taken.plan.entries[c.entry].dtype))
             else:
-                data = taken.entry_bytes(c.entry, c.lo, c.hi)
-            jobs.append(Job((c.file, c.tensor, c.index), data, taken.plan.entries[c.entry].dtype))
+                jobs.append(taken.entry_job(key, c.entry, c.lo, c.hi))
         return jobs
 
     def _publish(self, anchor: str) -> None:

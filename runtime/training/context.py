@@ -110,6 +110,7 @@ def open_run(
             **options,
             "commit": committer,
             "abort": committer.abort,
+            "shutdown": committer.close,
             "chunk_size": committer.objects.settings.chunk_size,
         }
     info = Info(

@@ -9,7 +9,9 @@ without page faults. Allocating pinned memory costs far more than copying
 into it (1.47 s against 0.044 s for 2.4 GB on an H200), so arenas are made
 in a background thread as soon as the size is known (prepare()) and reused:
 there are as many as checkpoints may be pending (the writer's slots), and
-none is ever made or freed while training runs at steady state.
+none is ever made or freed while training runs at steady state. An arena
+is a memfd where the system allows (sharedmem.py), so the rank's encoder
+processes read the staged bytes in place.
 
 Stream order makes a GPU copy safe without a host synchronisation: the next
 optimizer step, queued behind the copies, cannot overwrite a parameter
@@ -25,8 +27,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from git_mgit.runtime.training import sharedmem
+from git_mgit.runtime.training.sharedmem import SharedBuffer, Where
+
 ALIGN = 64  # region offsets in an arena: cache lines, and every element width
-_REGISTERED: list[torch.Tensor] = []  # host memory registered with CUDA: kept, never freed
+_REGISTERED: list = []  # Arenas  # host memory registered with CUDA: kept, never freed
 
 
 @dataclass(frozen=True)
@@ -54,11 +59,23 @@ def regions(ranges: Iterable[tuple[str, int, int]]) -> tuple[list[Region], int]:
     return out, at
 
 
+@dataclass(eq=False)
+class Arena:
+    """Host memory for one checkpoint's staged bytes."""
+
+    tensor: torch.Tensor  # uint8
+    shared: SharedBuffer | None = None  # what the tensor's memory is, when encoders can map it
+
+    @property
+    def nbytes(self) -> int:
+        return self.tensor.numel()
+
+
 @dataclass
 class Staged:
     """One checkpoint's staged bytes, valid once ready() returns."""
 
-    arena: torch.Tensor  # uint8, on the host
+    arena: Arena
     regions: list[Region]
     event: torch.cuda.Event | None = None
     _index: dict[str, list[Region]] = field(default_factory=dict)
@@ -71,13 +88,22 @@ class Staged:
         if self.event is not None:
             self.event.synchronize()
 
-    def view(self, entry: str, lo: int, hi: int) -> memoryview:
-        """Bytes [lo, hi) of this rank's local tensor of `entry`, as staged."""
+    def offset(self, entry: str, lo: int, hi: int) -> int:
+        """Where bytes [lo, hi) of this rank's local tensor of `entry` are in the arena."""
         for r in self._index.get(entry, ()):
             if r.lo <= lo and hi <= r.hi:
-                start = r.offset + lo - r.lo
-                return memoryview(self.arena.numpy()).cast("B")[start : start + hi - lo]
+                return r.offset + lo - r.lo
         raise KeyError(f"{entry} bytes {lo}:{hi} were not staged")
+
+    def view(self, entry: str, lo: int, hi: int) -> memoryview:
+        """Bytes [lo, hi) of this rank's local tensor of `entry`, as staged."""
+        start = self.offset(entry, lo, hi)
+        return memoryview(self.arena.tensor.numpy()).cast("B")[start : start + hi - lo]
+
+    def place(self, entry: str, lo: int, hi: int) -> tuple[Where, int] | None:
+        """Where another process finds those bytes (None: the arena is not shared)."""
+        shared = self.arena.shared
+        return None if shared is None else (shared.where, self.offset(entry, lo, hi))
 
     @property
     def nbytes(self) -> int:
@@ -97,7 +123,7 @@ class Stager:
 
     def __init__(self, pinned: bool, sets: int = 1) -> None:
         self.pinned, self.sets = pinned, sets
-        self._free: list[torch.Tensor] = []
+        self._free: list[Arena] = []
         self._size = 0
         self._lock = threading.Condition()
         self._making: threading.Thread | None = None
@@ -127,22 +153,28 @@ class Stager:
                     self._lock.notify_all()
         self.allocated_s += time.perf_counter() - began
 
-    def _allocate(self, nbytes: int) -> torch.Tensor:
+    def _allocate(self, nbytes: int) -> Arena:
+        shared = sharedmem.make(nbytes)  # its pages are resident (and zero) already
+        if shared is not None:
+            tensor = torch.frombuffer(shared.map, dtype=torch.uint8)
+        elif self.pinned:
+            tensor = torch.empty(max(nbytes, 1), dtype=torch.uint8)
+        else:
+            tensor = torch.zeros(max(nbytes, 1), dtype=torch.uint8)  # zeros: pages touched now
         if not self.pinned:
-            return torch.zeros(
-                max(nbytes, 1), dtype=torch.uint8
-            )  # zeros: the pages are touched now
+            return Arena(tensor, shared)
         # Registered rather than pin_memory=True: torch's pinned allocator rounds a block up to
         # a power of two (a 4.3 GB arena would pin 8 GB). Registered memory is never freed:
         # the arena lives as long as the process (unregistering under a copy would be worse).
-        arena = torch.empty(max(nbytes, 1), dtype=torch.uint8)
         cudart = torch.cuda.cudart()
-        if int(cudart.cudaHostRegister(arena.data_ptr(), arena.numel(), 0)) != 0:
-            return torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True)
+        if int(cudart.cudaHostRegister(tensor.data_ptr(), tensor.numel(), 0)) != 0:
+            pinned = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True)
+            return Arena(pinned)
+        arena = Arena(tensor, shared)
         _REGISTERED.append(arena)
         return arena
 
-    def _take(self, nbytes: int) -> torch.Tensor:
+    def _take(self, nbytes: int) -> Arena:
         self.prepare(nbytes)
         with self._lock:
             while not self._free:
@@ -163,7 +195,7 @@ class Stager:
             src = flat.get(r.entry)
             if src is None:
                 src = flat[r.entry] = _bytes(tensors[r.entry])
-            dst = arena[r.offset : r.offset + r.hi - r.lo]
+            dst = arena.tensor[r.offset : r.offset + r.hi - r.lo]
             on_gpu |= src.device.type == "cuda"
             dst.copy_(src[r.lo : r.hi], non_blocking=src.device.type == "cuda")
         event = None
@@ -175,6 +207,6 @@ class Stager:
     def release(self, staged: Staged) -> None:
         """The writer is done with this arena: the next checkpoint copies into it."""
         with self._lock:
-            if staged.arena.numel() >= self._size:
+            if staged.arena.nbytes >= self._size:
                 self._free.append(staged.arena)
                 self._lock.notify_all()

@@ -73,3 +73,14 @@ def current() -> int:
     import torch
 
     return torch.get_num_threads()
+
+
+def spare(device: str) -> int:
+    """The cores a training process leaves to its checkpoints' encoders: beside an
+    accelerator, its share of the node's cores less the one its Python loop runs on; on the
+    CPU, those torch does not compute on. At least one."""
+    count = os.cpu_count() or 1
+    if device != "cpu":
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        return max(1, count // max(1, local) - 1)
+    return max(1, count - current())

@@ -297,11 +297,13 @@ def throughput(spec: dict, rank: int) -> list[dict[str, Any]]:
     out = []
     for threads in spec["throughput_cores"]:
         repo = find_repo(Path(spec["throughput_repos"][str(threads)]))
-        writer = ObjectWriter(repo, config.load(repo))
+        writer = ObjectWriter(repo, config.load(repo), encoders=threads)
+        writer.wait_ready()
         before = cores.limit(threads)
         wall, cpu = time.perf_counter(), time.process_time()
         written = writer.write(jobs, threads)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        wall = time.perf_counter() - wall
+        cpu = time.process_time() - cpu + written.cpu_s  # this process's and its encoders'
         cores.limit(before)
         writer.close()
         out.append(

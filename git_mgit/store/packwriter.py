@@ -15,6 +15,9 @@ Everything else is arranged around those two passes on the second core:
 add() writes and computes adler32 while a worker hashes the object id;
 finish() re-reads the pack from page cache on a worker that also computes the
 entries' CRC32 for the idx, while the kernel writes the pack back to disk.
+Writeback starts as the pack grows (an fdatasync on a worker every
+WRITEBACK bytes, one at a time), so the disk works while objects are still
+being encoded and the fsync at finish() has only the tail to wait for.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ FULL_BLOCK = b"\x00\xff\xff\x00\x00"  # non-final stored block of BLOCK bytes
 WINDOW = BLOCK * 64  # adler32 and writes walk 4 MiB at a time (fewer syscalls, same speed)
 THREAD_MIN = 1 << 20  # below this, handing SHA-1 to the worker costs more than it saves
 READ_BLOCK = 8 << 20
+WRITEBACK = 64 << 20  # bytes appended between two writebacks started
 LARGE_OFFSET = 1 << 31  # idx v2: offsets from here on go to the 64-bit table
 
 
@@ -112,6 +116,8 @@ class PackWriter:
         self._entries: dict[bytes, tuple[int, int]] = {}  # oid -> (start, end), in file order
         self._end = 12  # header rewritten with the real count at finish()
         self._pool: ThreadPoolExecutor | None = None
+        self._writeback: Future[None] | None = None
+        self._written_back = 0  # where the last writeback started
         try:
             self._pwritev([b"PACK" + struct.pack(">II", 2, 0)], 0)
         except BaseException:
@@ -171,7 +177,18 @@ class PackWriter:
         else:
             self._entries[oid] = (start, end)
             self._end = end
+            self._start_writeback(fd)
         return oid
+
+    def _start_writeback(self, fd: int) -> None:
+        """Flush what was appended so far in the background, once WRITEBACK bytes are new."""
+        if self._writeback is not None:
+            if not self._writeback.done():
+                return
+            self._writeback.result()  # a failed flush is this pack's failure (fsync says it once)
+        if self._end - self._written_back >= WRITEBACK:
+            self._written_back = self._end
+            self._writeback = self._worker().submit(getattr(os, "fdatasync", os.fsync), fd)
 
     def _write_entry(
         self, type_code: int, size: int, views: Sequence[memoryview], offset: int
@@ -260,6 +277,8 @@ class PackWriter:
         try:
             self._pwritev([struct.pack(">I", len(self._entries))], 8)
             # Start writeback now: it overlaps with hashing, and the fsync below only has the tail.
+            if self._writeback is not None:
+                self._writeback.result()
             syncing = self._worker().submit(getattr(os, "fdatasync", os.fsync), fd)
             digest, crcs = self._digest_and_crcs()
             syncing.result()

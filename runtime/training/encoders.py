@@ -7,7 +7,7 @@ H200, training ran 1.8-2.4x slower beside a commit on 16 threads. In
 processes of their own, encoders share the loop's cores at most, never its
 interpreter, and run at a lower priority (nice +5) so the loop wins a core.
 
-Each encoder is `python -m git_mgit.runtime.training.encoders FD`, speaking
+Each encoder is a Python process running main() here, speaking
 over a socket pair made by the rank: a JSON line, then the byte payloads it
 announces (no pickles). A chunk in a shared arena travels as its place
 (sharedmem.Where, offset, length); any other as its bytes. Messages:
@@ -45,6 +45,13 @@ from git_mgit.runtime.training.encoding import Previous, Result, Task
 from git_mgit.runtime.training.sharedmem import Where
 
 NICE = 5
+# `python -c` rather than `-m`: either puts the working directory first on sys.path, and only
+# here can it be taken off, so that a folder named git_mgit there (a source tree) is not
+# imported instead of the package the rank runs
+_START = (
+    "import sys; del sys.path[0]; "
+    "from git_mgit.runtime.training.encoders import main; sys.exit(main(sys.argv[1:]))"
+)
 IN_FLIGHT = 2  # tasks queued per encoder, so it never waits for the next
 
 
@@ -86,7 +93,7 @@ class _Process:
         mine, theirs = socket.socketpair()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(theirs.fileno())],
+            [sys.executable, "-c", _START, str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
             env=env,
             stdin=subprocess.DEVNULL,
@@ -307,10 +314,12 @@ def serve(conn: Connection) -> None:
     from git_mgit import cores
     from git_mgit.config import Settings
     from git_mgit.gitcmd import Repo
+    from git_mgit.malloc import reuse_freed_chunks
     from git_mgit.runtime.training.encoding import Encoder
     from git_mgit.runtime.training.sharedmem import Mapped
 
     os.nice(NICE)
+    reuse_freed_chunks()  # every chunk's buffers are the size of the last one's: reuse them
     cores.limit(1)  # one core each: the rank runs as many encoders as it may use cores
     init = _recv(conn)["init"]
     worktree, git_dir, common_dir = init["repo"]
@@ -368,7 +377,3 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the rank's to handle
     serve(Connection(int(argv[0])))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -45,7 +45,9 @@ TIMEOUT_ENV = "GIT_MGIT_BENCH_TIMEOUT"  # seconds the training job may take (def
 def _spec(gpu: bool, quick: bool) -> dict[str, Any]:
     if gpu:  # GPT-2 medium: 354M parameters with the head tied to the embedding
         model = {"d": 1024, "layers": 24, "heads": 16, "vocab": 50304, "ctx": 1024}
-        loop = {"batch": 8, "steps": 60 if quick else 120, "every": 20 if quick else 40}
+        # every 80 steps: about 5 s of training, longer than a commit takes, as in real runs
+        # (at a shorter interval the loop waits for the last commit: --max-pending)
+        loop = {"batch": 8, "steps": 60 if quick else 240, "every": 20 if quick else 80}
         return {"model": model, **loop, "warmup": 3, "bf16": True, "threads": 8, "ranks": 1}
     model = {"d": 256, "layers": 4, "heads": 4, "vocab": 8192, "ctx": 128}
     loop = {"batch": 8, "steps": 12 if quick else 30, "every": 4 if quick else 10}

@@ -361,16 +361,16 @@ def serve(conn: Connection) -> None:
                 }
                 _send(conn, reply, r.sample)
             elif "finish" in msg:
-                encoder.finish()
+                encoder.end(keep=True)
                 now = time.process_time()
                 _send(conn, {"finished": True, "cpu_s": now - cpu, "peak_anon": peak})
                 peak, cpu = 0, now
             elif "abort" in msg:
-                encoder.abort()
+                encoder.end(keep=False)
                 _send(conn, {"finished": True})
         except Exception as exc:  # the rank raises it, naming the checkpoint
             _send(conn, {"error": str(exc) or type(exc).__name__, "task": msg.get("task")})
-    encoder.abort()  # the rank has gone
+    encoder.end(keep=False)  # the rank has gone
 
 
 def main(argv: list[str]) -> int:

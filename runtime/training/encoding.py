@@ -102,17 +102,13 @@ class Encoder:
         hdr = encoded.header
         return Result(h, sample, oid, encoded.size, hdr.base_hash, hdr.depth)
 
-    def finish(self) -> None:
-        """Make this checkpoint's pack durable and visible (the parent anchors it after)."""
+    def end(self, keep: bool) -> None:
+        """Finish this checkpoint's pack, durable and visible (the rank anchors it after), or
+        discard it (`keep` False)."""
         try:
-            if self.pack is not None:
+            if self.pack is not None and keep:
                 self.pack.finish()
-        finally:
-            self._reset()
-
-    def abort(self) -> None:
-        try:
-            if self.pack is not None:
+            elif self.pack is not None:
                 self.pack.abort()
         finally:
             self._reset()

@@ -283,11 +283,14 @@ class EncoderPool:
 
 
 def _private() -> int:
-    """Private memory this process holds now (RssAnon), in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
+    """Private memory this process holds now (RssAnon), in bytes (0 where /proc has no say)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return 0
 
 

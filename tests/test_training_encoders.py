@@ -13,12 +13,15 @@ import threading
 import time
 from pathlib import Path
 
+import blake3
 import numpy as np
 import pytest
 
 from git_mgit import config
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.runtime.training import CheckpointError, sharedmem
+from git_mgit.runtime.training.encoders import Chunk, EncoderPool
+from git_mgit.runtime.training.encoding import Result, Task
 from git_mgit.runtime.training.objects import Job, ObjectWriter
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX
@@ -174,3 +177,29 @@ def test_encoders_leave_when_their_rank_is_killed(repo: Repo) -> None:
     finally:
         if rank.poll() is None:
             rank.kill()
+
+
+def test_a_failure_in_the_rank_midway_leaves_the_encoders_in_step(repo: Repo) -> None:
+    """The rank's own error while results come in (here from the callback) discards the
+    checkpoint's packs and reads every answer, so the next checkpoint's results are its own."""
+    pool = EncoderPool(repo, config.load(repo), 2)
+    data = weights(5, 2 * MIB).view(np.uint8)
+    chunks = [
+        Chunk(memoryview(data)[i * MIB // 2 : (i + 1) * MIB // 2], Task("F32", None, None))
+        for i in range(4)
+    ]
+
+    def refuse(n: int, result: Result) -> None:
+        raise RuntimeError("the rank gave up")
+
+    try:
+        with pytest.raises(RuntimeError, match="gave up"):
+            pool.run(chunks, 2, refuse)
+        got: dict[int, Result] = {}
+        pool.run(chunks, 2, got.__setitem__)
+        for n, chunk in enumerate(chunks):  # each answer is its own chunk's, its object stored
+            assert got[n].content_hash == blake3.blake3(chunk.data).digest()
+            assert got[n].oid is not None
+            run_git("cat-file", "-e", got[n].oid.hex(), cwd=repo.worktree)
+    finally:
+        pool.close()

@@ -173,7 +173,11 @@ class _Process:
             raise self._died() from None
 
     def _died(self) -> EncoderError:
-        self.proc.wait()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # its socket is gone: it is of no use alive
+            self.proc.kill()
+            self.proc.wait()
         self.pending.clear()
         return EncoderError(
             f"an encoder process (pid {self.proc.pid}) died with exit code {self.proc.returncode}"
@@ -227,12 +231,12 @@ class EncoderPool:
         self, chunks: Sequence[Chunk], count: int, done: Callable[[int, Result], None]
     ) -> dict[str, float]:
         """Encode every chunk on `count` encoders, calling done(index, result) for each in the
-        order they finish; then finish every pack. Raises EncoderError (packs aborted) if any
-        chunk failed. Returns the encoders' CPU seconds and peak private memory."""
+        order they finish; then finish every pack. Raises EncoderError if any chunk failed,
+        or what done() raised, once every pack is discarded. Returns the encoders' CPU seconds and peak private memory."""
         self.grow(count)
         procs = self._procs[: max(1, min(count, len(chunks)))]
         todo = list(range(len(chunks)))[::-1]
-        failure: EncoderError | None = None
+        failure: BaseException | None = None
         try:
             for p in procs:
                 while todo and len(p.pending) < IN_FLIGHT:
@@ -248,10 +252,11 @@ class EncoderPool:
                     if todo:
                         m = todo.pop()
                         p.submit(m, chunks[m])
-        except EncoderError as exc:
+        except BaseException as exc:  # an encoder's failure, or the rank's own (then re-raised)
             failure = exc
             for p in procs:
-                p.drain()
+                with contextlib.suppress(EncoderError):
+                    p.drain()  # every answer read: the next checkpoint starts in step
         report = {"cpu_s": 0.0, "peak_anon": 0}
         for p in procs:
             if not p.used:
@@ -265,13 +270,6 @@ class EncoderPool:
         if failure is not None:
             raise failure
         return report
-
-    def abort(self) -> None:
-        """Discard every pack of the current checkpoint (an anchor could not be written)."""
-        for p in self._procs:
-            if p.used:
-                with contextlib.suppress(EncoderError):
-                    p.end(finish=False)
 
     def close(self) -> None:
         for p in self._procs:

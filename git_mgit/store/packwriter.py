@@ -42,6 +42,7 @@ WINDOW = BLOCK * 64  # adler32 and writes walk 4 MiB at a time (fewer syscalls, 
 THREAD_MIN = 1 << 20  # below this, handing SHA-1 to the worker costs more than it saves
 READ_BLOCK = 8 << 20
 WRITEBACK = 64 << 20  # bytes appended between two writebacks started
+_DATASYNC = getattr(os, "fdatasync", os.fsync)  # the file's data, not its times
 LARGE_OFFSET = 1 << 31  # idx v2: offsets from here on go to the 64-bit table
 
 
@@ -188,7 +189,7 @@ class PackWriter:
             self._writeback.result()  # a failed flush is this pack's failure (fsync says it once)
         if self._end - self._written_back >= WRITEBACK:
             self._written_back = self._end
-            self._writeback = self._worker().submit(getattr(os, "fdatasync", os.fsync), fd)
+            self._writeback = self._worker().submit(_DATASYNC, fd)
 
     def _write_entry(
         self, type_code: int, size: int, views: Sequence[memoryview], offset: int
@@ -279,7 +280,7 @@ class PackWriter:
             # Start writeback now: it overlaps with hashing, and the fsync below only has the tail.
             if self._writeback is not None:
                 self._writeback.result()
-            syncing = self._worker().submit(getattr(os, "fdatasync", os.fsync), fd)
+            syncing = self._worker().submit(_DATASYNC, fd)
             digest, crcs = self._digest_and_crcs()
             syncing.result()
             self._pwritev([digest], self._end)

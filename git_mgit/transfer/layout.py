@@ -191,7 +191,7 @@ def estimate(store: ChunkStore, cands: Candidates, max_depth: int) -> Estimates:
                         known is None
                         and n in cands.children.get(v, ())  # `git add` of n had v as its base
                         and b in stored
-                        and _add_kept_whole(store, a, b, max_depth)
+                        and _add_kept_whole(store, a, max_depth)
                     ):
                         known = stored[b]  # the delta did not pay
                     if known is None:
@@ -252,13 +252,11 @@ def _stored_delta(store: ChunkStore, a: bytes, b: bytes) -> float | None:
     return float(min(sizes)) if sizes else None
 
 
-def _add_kept_whole(store: ChunkStore, older: bytes, newer: bytes, max_depth: int) -> bool:
-    """Whether `git add` stored `newer` whole though `older` was its candidate delta base
-    (the same tensor's chunk in the version before) and the chain had room: the delta did
-    not pay then, and does not either way now."""
-    holders = store.holders(newer)
-    if not any(base is None for _, _, base in holders) or any(b == older for _, _, b in holders):
-        return False
+def _add_kept_whole(store: ChunkStore, older: bytes, max_depth: int) -> bool:
+    """Whether the chain had room for `git add` to store the chunk after `older` (its
+    candidate delta base, the same tensor's chunk in the version before) as a delta of it.
+    The caller knows that chunk is stored whole and as no delta of `older`: where there was
+    room, the delta did not pay then, and does not either way now."""
     found = store.resolve(older)
     return found is not None and found.depth + 1 <= max_depth
 

@@ -107,7 +107,6 @@ class Checkpointer:
         self.stalls: list[float] = []  # seconds the loop spent in each checkpoint
         self.committer = commit  # in a run, a RankCommitter: its `history` is what each stored
         self.commit_seconds: list[float] = []  # seconds this rank's writer took for each
-        self.committer = commit  # what commits this rank's share (its stats, for benchmarks)
         self.period = AdaptivePeriod(eps, restore_ratio)
         self._due = 1 if mode == "adaptive" else (every or 0)
         self._epoch_done = False

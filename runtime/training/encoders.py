@@ -41,8 +41,12 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from git_mgit.runtime.training.encoding import Previous, Result, Task
-from git_mgit.runtime.training.sharedmem import Where
+from git_mgit import cores
+from git_mgit.config import Settings
+from git_mgit.gitcmd import Repo
+from git_mgit.malloc import reuse_freed_chunks
+from git_mgit.runtime.training.encoding import Encoder, Previous, Result, Task
+from git_mgit.runtime.training.sharedmem import Mapped, Where
 
 NICE = 5
 # `python -c` rather than `-m`: either puts the working directory first on sys.path, and only
@@ -203,7 +207,7 @@ class _Process:
 class EncoderPool:
     """A rank's encoder processes, started ahead and reused by every checkpoint."""
 
-    def __init__(self, repo: Any, settings: Any, count: int) -> None:
+    def __init__(self, repo: Repo, settings: Settings, count: int) -> None:
         self._init = {
             "repo": [
                 str(p) if p is not None else None
@@ -312,13 +316,6 @@ def _read(conn: Connection, inbox: queue.Queue[Message | None]) -> None:
 
 def serve(conn: Connection) -> None:
     """Answer the rank's messages until it closes the socket."""
-    from git_mgit import cores
-    from git_mgit.config import Settings
-    from git_mgit.gitcmd import Repo
-    from git_mgit.malloc import reuse_freed_chunks
-    from git_mgit.runtime.training.encoding import Encoder
-    from git_mgit.runtime.training.sharedmem import Mapped
-
     os.nice(NICE)
     reuse_freed_chunks()  # every chunk's buffers are the size of the last one's: reuse them
     cores.limit(1)  # one core each: the rank runs as many encoders as it may use cores

@@ -75,7 +75,7 @@ class Entry:
 
     @property
     def row_bytes(self) -> int:
-        return math.prod(self.shape[1:]) * self.width if self.shape else self.width
+        return row_bytes(self.dtype, self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -141,6 +141,12 @@ class Plan:
         for c in self.chunks:
             out[c.writer] += c.hi - c.lo
         return out
+
+
+def row_bytes(dtype: str, shape: tuple[int, ...]) -> int:
+    """Bytes of one row (the first dimension) of a tensor; a scalar is one row."""
+    width = DTYPES[dtype].bits // 8
+    return math.prod(shape[1:]) * width if shape else width
 
 
 def aligned_chunk(block: int, limit: int, width: int) -> int:

@@ -12,7 +12,6 @@ more, from its own repository: no rank reads for another.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from git_mgit.merge import views
 from git_mgit.runtime.loading import TORCH_DTYPES
 from git_mgit.runtime.training import layout, runs
 from git_mgit.runtime.training.layout import CheckpointError, Info
-from git_mgit.runtime.training.plan import MODEL, PIECES, piece_name
+from git_mgit.runtime.training.plan import MODEL, PIECES, piece_name, row_bytes
 from git_mgit.store.chunkstore import ChunkStore
 
 
@@ -48,8 +47,7 @@ class Shape:
 
     @property
     def row_bytes(self) -> int:
-        width = torch.empty(0, dtype=TORCH_DTYPES[self.dtype]).element_size()
-        return math.prod(self.shape[1:]) * width if self.shape else width
+        return row_bytes(self.dtype, self.shape)
 
 
 class CheckpointReader:

@@ -127,7 +127,6 @@ class Stager:
         self._size = 0
         self._lock = threading.Condition()
         self._making: threading.Thread | None = None
-        self.allocated_s = 0.0  # seconds spent making arenas (in the background, mostly)
 
     def prepare(self, nbytes: int) -> None:
         """Make sure `sets` arenas of at least `nbytes` will exist; allocate them in the background."""
@@ -142,16 +141,12 @@ class Stager:
             self._making.start()
 
     def _make(self, nbytes: int, count: int) -> None:
-        import time
-
-        began = time.perf_counter()
         for _ in range(count):
             arena = self._allocate(nbytes)
             with self._lock:
                 if nbytes == self._size:
                     self._free.append(arena)
                     self._lock.notify_all()
-        self.allocated_s += time.perf_counter() - began
 
     def _allocate(self, nbytes: int) -> Arena:
         shared = sharedmem.make(nbytes)  # its pages are resident (and zero) already

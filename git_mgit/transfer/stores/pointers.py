@@ -17,11 +17,9 @@ anchored; what was verified before a failure is kept.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
@@ -131,10 +129,11 @@ class ObjectBytes:
         return Pointer.of(self._read(oid))
 
     def pointers(self, oids: Sequence[str]) -> dict[str, Pointer]:
-        """Each object's pointer, hashed on every core (hashlib lets go of the GIL), one
-        object per core in memory at a time."""
-        with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="sha256") as pool:
-            return dict(zip(oids, pool.map(self.pointer, oids), strict=True))
+        """Each object's pointer, hashed on git-mgit's cores (hashlib lets go of the GIL),
+        one object per core in memory at a time."""
+        from git_mgit.codecs.workers import parallel_map  # the codecs' pool, not imported sooner
+
+        return dict(zip(oids, parallel_map(self.pointer, oids), strict=True))
 
     def holder(self, h: bytes, p: Pointer) -> tuple[str, int] | None:
         """(oid, size) of the object here that holds chunk `h` as the bytes `p` names."""

@@ -18,6 +18,10 @@ ensure_venv() {
         "$root/.venv/bin/python" -m pip install -q -e "$root[$extras]"
         touch "$stamp"
     fi
+    # pip byte-compiles what it installs, but not an editable install's sources: with
+    # PYTHONDONTWRITEBYTECODE set (CI containers), every git-mgit process that git starts
+    # (filters, hooks) would compile them again, about 60 ms a start. Up-to-date files are skipped.
+    "$root/.venv/bin/python" -m compileall -q -j 0 "$root/git_mgit" "$root/filters" >/dev/null
     export PATH="$root/.venv/bin:$PATH"
 }
 

@@ -19,7 +19,7 @@ from git_mgit.errors import MgitError, ObjectCorrupt, ObjectMissing
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.lookup import VERSION_PREFIX, anchor_objects, anchor_tips
+from git_mgit.store.lookup import VERSION_PREFIX, anchor_tips, filed_by
 from git_mgit.tracked import reachable_manifests
 from git_mgit.transfer import availability, history, prefetch
 from git_mgit.transfer.remotes import default_remote
@@ -116,10 +116,11 @@ def _check_version_refs(repo: Repo, store: ChunkStore) -> list[str]:
     named = {name: ref for name, commit in refs.items() if (ref := parse(name, commit))}
     wanted = {v for r in named.values() for v in (r.version, *r.bases)}
     versions = history.manifests(repo, store.reader, dict.fromkeys(wanted, ""))
+    filings = filed_by(repo, (ref.commit for ref in named.values()))
     for name, ref in named.items():
         if ref.version not in versions or any(b not in versions for b in ref.bases):
             continue  # a manifest not in this clone: nothing to compare with
-        filed = {h for h, _, _ in anchor_objects(repo, [ref.commit], [])}
+        filed = {h for h, _, _ in filings[ref.commit]}
         for chunks in pointers.pointed(repo, [ref]).values():  # a pointer store's ref
             filed.update(chunks)
         provided = {c.content_hash for b in ref.bases for c in versions[b].manifest.chunks()}

@@ -15,6 +15,7 @@ windows (codec.estimate_*), decoding each chunk once, one tensor at a time.
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -163,9 +164,11 @@ def estimate(store: ChunkStore, cands: Candidates, max_depth: int) -> Estimates:
     one as a delta of the other (XOR and integer subtraction are symmetric, so the delta
     the other way round is the same size), or does not pay where `git add` found so (it
     stored the newer chunk whole, with the older one as its candidate base and room in
-    the chain below `max_depth`); a chunk stored only as a delta is about as large whole
-    as the same tensor's chunk in the nearest version stored whole. The rest is
-    estimated the way the encoder decides, on the chunks' sample windows.
+    the chain below `max_depth`); a step between consecutive versions that `git add` stored
+    whole at the depth cap is about as large as the tensor's other steps (their median);
+    a chunk stored only as a delta is about as large whole as the same tensor's chunk in
+    the nearest version stored whole. The rest is estimated the way the encoder decides,
+    on the chunks' sample windows.
     """
     order = cands.order()
     involved = list(dict.fromkeys([*order, *(n for v in order for n in cands.bases(v))]))
@@ -183,21 +186,36 @@ def estimate(store: ChunkStore, cands: Candidates, max_depth: int) -> Estimates:
             stored = _stored_whole(store, chunks)
             whole_of.update(stored)
             at = {v: c.content_hash for v, c in group}
+            unknown: list[tuple[bytes, bytes, bool]] = []
+            steps: list[float] = []  # this tensor's stored deltas between consecutive versions
             for v, n in pairs:
                 a, b = at.get(v), at.get(n)
                 if a is not None and b is not None and a != b and (a, b) not in delta_of:
+                    step = n in cands.children.get(v, ())  # `git add` of n had v as its base
                     known = _stored_delta(store, a, b)
                     if (
                         known is None
-                        and n in cands.children.get(v, ())  # `git add` of n had v as its base
+                        and step
                         and b in stored
                         and _add_kept_whole(store, a, max_depth)
                     ):
                         known = stored[b]  # the delta did not pay
                     if known is None:
-                        smp, scale = sampler.get(a, key[2])
-                        known = codec.estimate_delta(smp, key[2], sampler.get(b, key[2])[0]) * scale
+                        unknown.append((a, b, step))
+                        continue
                     delta_of[a, b] = known
+                    if step:
+                        steps.append(known)
+            for a, b, step in unknown:
+                if step and steps:
+                    # Stored whole at the chain's depth cap: a step of training changes a
+                    # tensor about as much as the steps beside it, whose deltas are stored.
+                    delta_of[a, b] = statistics.median(steps)
+                    continue
+                smp, scale = sampler.get(a, key[2])
+                delta_of[a, b] = (
+                    codec.estimate_delta(smp, key[2], sampler.get(b, key[2])[0]) * scale
+                )
             for i, h in enumerate(chunks):
                 if h not in whole_of:
                     near = _nearest(chunks, i, stored)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from git_mgit.gitcmd import Repo, approxidate
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects, anchor_tips
+from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_tips, filed_by
 from git_mgit.tracked import tracked_files, with_bases
 from git_mgit.transfer import availability, history
 
@@ -84,7 +84,8 @@ def prune(repo: Repo, store: ChunkStore, since: str, dry_run: bool = False) -> R
             chosen[h] = loc[0]
     report.kept = len(chosen)
     refs = anchor_tips(repo)
-    filed = {ref: list(anchor_objects(repo, [commit], [])) for ref, commit in refs.items()}
+    filings = filed_by(repo, refs.values())
+    filed = {ref: filings[commit] for ref, commit in refs.items()}
     sizes: dict[str, int] = {}
     drop_refs, fold = [], {}
     for ref, objects in filed.items():

@@ -17,11 +17,12 @@ from functools import partial
 
 from git_mgit import codecs
 from git_mgit.codecs.codec import Encoded
+from git_mgit.codecs.objectformat import Codec
 from git_mgit.progress import Progress
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.decoded import DecodedChunks
-from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects
+from git_mgit.store.lookup import ANCHOR_PREFIX, filed_by
 from git_mgit.store.packwriter import PackWriter
 from git_mgit.transfer.layout import Candidates, Plan, groups, hashes
 from git_mgit.transfer.versions import VersionRef
@@ -50,15 +51,26 @@ class _Objects:
                 return oid, size
         return None
 
-    def _reversed(self, h: bytes, base: bytes, depth: int) -> Encoded | None:
-        """`h` as an `xor` delta of `base`, from an object here storing `base` as an `xor`
-        delta of `h` (what `git add` wrote): the same payload, nothing decoded."""
+    def _reversed(
+        self, h: bytes, raw: Raw, base: bytes, base_raw: Raw, depth: int, dtype: str
+    ) -> Encoded | None:
+        """`h` as a delta of `base`, from an object here storing `base` as a delta of `h` (what
+        `git add` wrote). An `xor` one is the same payload, nothing decoded; a `sub` one is
+        encoded with the same codec without estimating codecs again: the delta the other
+        way round is as large, and it paid."""
         for oid, _, have in self.store.holders(base):
-            if have == h:
+            if have != h:
+                continue
+            codec = self.store.level(base, oid).header.codec
+            if codec == Codec.XOR:
                 data = self.store.read_object(oid)
-                flipped = None if data is None else codecs.reversed_xor(data, depth)
+                flipped = None if data is None else codecs.reversed_xor(data, depth + 1)
                 if flipped is not None:
                     return flipped
+            elif codec == Codec.SUB:
+                return codecs.encode_as(
+                    codec, raw(), dtype, h, codecs.Base(base_raw(), base, depth)
+                )
         return None
 
     def _add(self, enc: Encoded) -> tuple[str, int]:
@@ -80,8 +92,8 @@ class _Objects:
             if found is None:
                 if h in self.whole:
                     found = self.whole[h]
-                elif (flipped := self._reversed(h, base, depth + 1)) is not None:
-                    found = self._add(flipped)
+                elif (reverse := self._reversed(h, raw, base, base_raw, depth, dtype)) is not None:
+                    found = self._add(reverse)
                 else:
                     enc = codecs.encode(
                         raw(), dtype, h, codecs.Base(base_raw(), base, depth), max_depth=255
@@ -172,15 +184,20 @@ def _retired(store: ChunkStore, published: dict[bytes, str]) -> list[str]:
     out = []
     rows = repo.git(
         "for-each-ref", "--format=%(refname) %(objectname) %(committerdate:unix)", ANCHOR_PREFIX
-    )
-    for line in rows.splitlines():
-        ref, commit, when = line.split()
-        filed = list(anchor_objects(repo, [commit], []))
-        keep = [(h, bytes.fromhex(o)) for h, o, _ in filed if o not in superseded]
-        if len(keep) == len(filed):
-            continue
-        out.append(f"delete {ref} {commit}\n")
-        if keep:
-            new = anchors.commit_objects(repo, keep, timestamp=int(when))
-            out.append(f"create {ANCHOR_PREFIX}{new} {new}\n")
+    ).splitlines()
+    filings = filed_by(repo, [line.split()[1] for line in rows])
+    with PackWriter(repo.objects_dir) as pack:  # one pack for all the new anchors
+        for line in rows:
+            ref, commit, when = line.split()
+            filed = filings[commit]
+            keep = [(h, bytes.fromhex(o)) for h, o, _ in filed if o not in superseded]
+            if len(keep) == len(filed):
+                continue
+            out.append(f"delete {ref} {commit}\n")
+            if keep:
+                new = anchors.write_anchor(pack, keep, timestamp=int(when))
+                line = f"create {ANCHOR_PREFIX}{new} {new}\n"
+                if line not in out:  # two anchors left with the same objects and time
+                    out.append(line)
+        pack.finish()  # nothing added: discarded
     return out

@@ -20,7 +20,7 @@ from git_mgit.progress import format_size
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer import history, layout, notes, publish
 from git_mgit.transfer.publish import Written
-from git_mgit.transfer.remotes import list_versions
+from git_mgit.transfer.remotes import list_versions, remember
 from git_mgit.transfer.stores.choice import RECORD_REF, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
 from git_mgit.transfer.stores.refs import PARTIAL_PREFIX
@@ -100,7 +100,10 @@ def push_versions(
         report.replaced = list(plan.replaced.values())
         sent = target.publish(store, report.published, listing, report.replaced, push_limit(repo))
         report.pushes, report.sent, report.uploaded = sent.pushes, sent.bytes, sent.uploaded
-        list_versions(repo, remote)  # what it holds now, for commands that stay offline
+        # what it holds now, for commands that stay offline
+        gone = set(report.replaced)
+        held_now = {n: c for n, c in listing.items() if n not in gone}
+        remember(repo, remote, held_now | {w.ref.name: w.ref.commit for w in report.published})
     finally:
         store.close()
     return report

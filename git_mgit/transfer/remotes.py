@@ -93,6 +93,13 @@ def list_versions(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:
     the remote held when last asked), for commands that do not go online.
     """
     listing = ls_remote(repo, remote, f"{VERSION_PREFIX}*", *patterns)
+    remember(repo, remote, listing)
+    return listing
+
+
+def remember(repo: Repo, remote: str, listing: dict[str, str]) -> None:
+    """Keep the version refs of `listing` as what `remote` holds (a push that knows what it
+    changed there says so without asking again)."""
     record = "".join(
         f"{oid} {name}\n" for name, oid in listing.items() if name.startswith(VERSION_PREFIX)
     )
@@ -101,7 +108,6 @@ def list_versions(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:
     tmp = folder / f".{file_name(remote)}.{os.getpid()}"
     tmp.write_text(record)
     os.replace(tmp, folder / file_name(remote))
-    return listing
 
 
 def recorded_versions(repo: Repo, remote: str) -> dict[str, str] | None:

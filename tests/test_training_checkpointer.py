@@ -20,7 +20,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from git_mgit import cores
 from git_mgit.runtime.loading import TORCH_DTYPES
-from git_mgit.runtime.training import Checkpointer, fit, layout
+from git_mgit.runtime.training import Checkpointer, fit, layout, staging
 from git_mgit.runtime.training.committing import Taken
 from git_mgit.runtime.training.distributed import World
 from git_mgit.runtime.training.layout import CheckpointError, Info, Position, Snapshot
@@ -239,6 +239,40 @@ def test_adaptive_mode_backs_off_when_checkpoints_cost_more_than_steps() -> None
     steps(ckpt, model, optimizer, 300)
     assert times[0] == 1  # the first iteration is checkpointed, to measure M
     assert ckpt.period.k == len(times) < 100  # then far from every iteration
+
+
+def test_adaptive_mode_measures_its_first_checkpoint_once_the_arena_exists(monkeypatch) -> None:
+    """The first checkpoint measures what one costs the loop. Taken while its host buffer is
+    still being made (on a GPU, pinning gigabytes takes longer than a step), the loop would
+    wait for the allocation and M would count it; iterations go on instead, and the first
+    after the buffer exists is checkpointed."""
+    made = threading.Event()
+    allocate = staging.Stager._allocate
+
+    def slow_allocate(self: staging.Stager, nbytes: int) -> staging.Arena:
+        time.sleep(0.3)  # the allocation a GPU's pinning takes, at this model's size
+        arena = allocate(self, nbytes)
+        made.set()
+        return arena
+
+    monkeypatch.setattr(staging.Stager, "_allocate", slow_allocate)
+    model, optimizer = model_and_optimizer()
+    times: list[int] = []
+    ckpt = checkpointer(
+        model, optimizer, lambda s: times.append(s.info.position.global_step), mode="adaptive"
+    )
+    x = torch.randn(8, 4)
+    seen = 0  # the iteration after which the arena was first seen made
+    for _ in range(150):
+        model(x).sum().backward()
+        optimizer.step()
+        time.sleep(0.005)
+        ckpt.step()
+        if made.is_set() and not seen:
+            seen = ckpt.period.n
+    ckpt.close()
+    assert seen > 1 and times, (seen, times)
+    assert times[0] >= seen  # not before: the loop never waited for the arena
 
 
 def test_adaptive_mode_decides_only_once_the_commit_before_is_done() -> None:

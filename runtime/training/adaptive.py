@@ -11,7 +11,9 @@ invariant (equation 4) checkpoints iteration n only while
 which keeps k * M under about eps * n * C (record overhead, equation 1) and
 makes replay from the checkpoints beat re-running (equation 3). Before the
 first checkpoint M is unknown, so the first iteration is checkpointed to
-measure it (as Flor materialises a block's first execution).
+measure it (as Flor materialises a block's first execution), or the first
+after the host buffers it copies into exist (they are made in the
+background: on a GPU, pinning gigabytes takes longer than a step).
 
 What a checkpoint costs the loop is more than the time the loop spends
 inside it (the copy off the device, the RNG gather, any wait for a free

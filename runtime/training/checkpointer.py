@@ -259,7 +259,9 @@ class Checkpointer:
         if self.mode == "off" or not self._due or self.period.n < self._due:
             return False
         if self.mode == "adaptive":
-            busy = self._writer is not None and self._writer.busy()
+            # An arena still being made would stall the loop for its allocation, not the
+            # copy (the first measure of M above all): decide again when it exists.
+            busy = (self._writer is not None and self._writer.busy()) or not self._stager.ready()
             due = self.period.decide(busy) if self.world.writer else 0
             self._due = distributed.broadcast_int(due, self.world)
             if self._due > self.period.n:

@@ -140,6 +140,12 @@ class Stager:
             )
             self._making.start()
 
+    def ready(self) -> bool:
+        """Whether a checkpoint now finds an arena made, rather than waiting for one (a
+        failed allocation counts as ready: the checkpoint then tries again, and says why)."""
+        with self._lock:
+            return bool(self._free) or self._making is None or not self._making.is_alive()
+
     def _make(self, nbytes: int, count: int) -> None:
         for _ in range(count):
             arena = self._allocate(nbytes)

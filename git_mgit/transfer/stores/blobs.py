@@ -80,6 +80,21 @@ class BlobStore(ABC):
         """Release connections."""
 
 
+def sized(read: Callable[[Pointer], Data], pointer: Pointer, where: str) -> Data:
+    """The bytes to upload for `pointer`, read again after it was computed from them.
+
+    Only the size is checked: hashing them a second time would double a push's
+    SHA-256 work to guard against an immutable pack changing between two reads.
+    """
+    data = read(pointer)
+    if len(data) != pointer.size:
+        raise BlobStoreError(
+            f"the local copy of object sha256:{pointer.oid[:12]} is {len(data)} bytes, not "
+            f"{pointer.size}; it was not uploaded to {where}; run `git mgit fsck`"
+        )
+    return data
+
+
 def verified(store: BlobStore, pointer: Pointer, data: Data) -> Data:
     """`data` if it is the object `pointer` names; else BlobStoreError, one line."""
     if len(data) != pointer.size or hashlib.sha256(data).hexdigest() != pointer.oid:

@@ -10,7 +10,6 @@ it (so hashing runs on every core), before it is yielded.
 from __future__ import annotations
 
 import collections
-import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -18,10 +17,10 @@ from pathlib import Path
 from git_mgit.gitcmd import Repo
 from git_mgit.transfer.stores.blobs import (
     BlobStore,
-    BlobStoreError,
     Data,
     Pointer,
     Progress,
+    sized,
     verified,
 )
 from git_mgit.transfer.stores.lfs import basic, batch, gitconfig
@@ -135,13 +134,7 @@ class LfsStore(BlobStore):
 
     def _upload_one(self, api: BatchApi, answer: Answer, read: Callable[[Pointer], Data]) -> bool:
         pointer = answer.pointer
-        data = read(pointer)
-        if len(data) != pointer.size or hashlib.sha256(data).hexdigest() != pointer.oid:
-            raise BlobStoreError(
-                f"object sha256:{pointer.oid[:12]} read back as other bytes than its id says; "
-                f"nothing was sent to {api.where}; run `git mgit fsck`"
-            )
-        return basic.upload(api, answer, data)
+        return basic.upload(api, answer, sized(read, pointer, self.describe()))
 
     def download(
         self, objects: Sequence[Pointer], progress: Progress | None = None

@@ -34,6 +34,7 @@ from git_mgit.transfer.stores.blobs import (
     Pointer,
     Progress,
     ahead,
+    sized,
     verified,
 )
 from git_mgit.transfer.stores.s3 import credentials
@@ -188,12 +189,7 @@ class S3Store(BlobStore):
     def _put(self, pointer: Pointer, read: Callable[[Pointer], Data]) -> None:
         import obstore
 
-        data = read(pointer)
-        if Pointer.of(data) != pointer:
-            raise BlobStoreError(
-                f"the local copy of object sha256:{pointer.oid[:12]} does not hash to its id; "
-                f"it was not uploaded to {self.describe()}; run `git mgit fsck`"
-            )
+        data = sized(read, pointer, self.describe())
         try:
             obstore.put(
                 self._client,

@@ -15,7 +15,6 @@ windows (codec.estimate_*), decoding each chunk once, one tensor at a time.
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -210,7 +209,7 @@ def estimate(store: ChunkStore, cands: Candidates, max_depth: int) -> Estimates:
                 if step and steps:
                     # Stored whole at the chain's depth cap: a step of training changes a
                     # tensor about as much as the steps beside it, whose deltas are stored.
-                    delta_of[a, b] = statistics.median(steps)
+                    delta_of[a, b] = sorted(steps)[len(steps) // 2]
                     continue
                 smp, scale = sampler.get(a, key[2])
                 delta_of[a, b] = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from git_mgit import config, hashing, repoconfig
+from git_mgit import config, hashing
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.progress import format_size
@@ -150,6 +150,8 @@ def _families(
     worktree = store.repo.worktree
     if worktree is None or not (worktree / "mgit.toml").is_file():
         return
+    from git_mgit import repoconfig  # tomlkit: only for repositories that declare models
+
     try:
         cfg = repoconfig.load(worktree)
     except MgitError:

@@ -165,7 +165,10 @@ def anchor_objects(
 def filed_by(repo: Repo, commits: Iterable[str]) -> dict[str, list[tuple[bytes, str, int]]]:
     """(hash, oid, size) of the objects each of `commits` files, for any number of commits
     in five git commands: the commits, then each level of their `ab/cd/<hash>` fan-out in
-    one `git cat-file --batch`, then the sizes (anchor_objects takes two per call)."""
+    one `git cat-file --batch`, then the sizes (anchor_objects takes two per call).
+
+    Each commit's own tree is read, not its parents': no commit that files objects leans
+    on a parent's tree (a partial push's part files every part before it too)."""
     commits = list(dict.fromkeys(commits))
     trees: list[tuple[str, str]] = []  # (commit, tree at the current level)
     for commit, body in zip(commits, repo.cat_blobs(commits), strict=True):

@@ -196,8 +196,8 @@ def _retired(store: ChunkStore, published: dict[bytes, str]) -> list[str]:
             out.append(f"delete {ref} {commit}\n")
             if keep:
                 new = anchors.write_anchor(pack, keep, timestamp=int(when))
-                line = f"create {ANCHOR_PREFIX}{new} {new}\n"
-                if line not in out:  # two anchors left with the same objects and time
-                    out.append(line)
+                create = f"create {ANCHOR_PREFIX}{new} {new}\n"
+                if create not in out:  # two anchors left with the same objects and time
+                    out.append(create)
         pack.finish()  # nothing added: discarded
     return out

@@ -9,6 +9,7 @@ costs one level of decoding, not its whole chain.
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import AbstractContextManager, nullcontext
 
 from git_mgit import codecs
 from git_mgit.store.chunkstore import ChunkStore
@@ -17,9 +18,14 @@ KEEP = 4
 
 
 class DecodedChunks:
-    def __init__(self, store: ChunkStore, keep: int = KEEP) -> None:
+    def __init__(
+        self, store: ChunkStore, keep: int = KEEP, lock: AbstractContextManager | None = None
+    ) -> None:
+        """`lock`: held while the store is asked where a chunk is (its lookups are not
+        thread-safe), not while decoding, when walks run on several threads."""
         self.store = store
         self.keep = keep
+        self.lock = lock if lock is not None else nullcontext()
         self._raw: OrderedDict[bytes, bytearray] = OrderedDict()
 
     def get(self, h: bytes) -> bytearray:
@@ -27,10 +33,12 @@ class DecodedChunks:
         raw = self._raw.pop(h, None)
         if raw is None:
             known = None
-            found = self.store.resolve(h)
-            if found is not None and found.base in self._raw:
-                known = (found.base, self._raw[found.base])
-            raw = codecs.decode_all(self.store.decoder(h, known))
+            with self.lock:
+                found = self.store.resolve(h)
+                if found is not None and found.base in self._raw:
+                    known = (found.base, self._raw[found.base])
+                chain = self.store.decoder(h, known)
+            raw = codecs.decode_all(chain)
         self._raw[h] = raw
         while len(self._raw) > self.keep:
             self._raw.popitem(last=False)

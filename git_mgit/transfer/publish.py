@@ -3,19 +3,21 @@
 Objects this clone already has in the planned form are reused (a chunk
 stored whole, or as a delta of the planned base); the rest are encoded from
 the chunks' verified bytes, walking each tensor's versions oldest first so
-that every chunk is decoded once. Version refs are written as deterministic
+that every chunk is decoded once, two tensors at a time. Version refs are written as deterministic
 commits (time 0) and created here, under their final names, in one
 transaction, before any push: a push only sends what exists locally.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import partial
 
 from git_mgit import codecs
+from git_mgit import manifest as mf
 from git_mgit.codecs.codec import Encoded
 from git_mgit.codecs.objectformat import Codec
 from git_mgit.progress import Progress
@@ -24,7 +26,7 @@ from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.decoded import DecodedChunks
 from git_mgit.store.lookup import ANCHOR_PREFIX, filed_by
 from git_mgit.store.packwriter import PackWriter
-from git_mgit.transfer.layout import Candidates, Plan, groups, hashes
+from git_mgit.transfer.layout import Candidates, Key, Plan, groups, hashes
 from git_mgit.transfer.versions import VersionRef
 
 
@@ -35,18 +37,28 @@ class Written:
 
 
 Raw = Callable[[], bytearray]  # a chunk's bytes, decoded only if an object must be encoded
+# Tensors walked at once: while one thread holds the GIL (hashing, planes, the pack's
+# adler32) another's codec work runs; more would multiply the decoded chunks held.
+_TENSORS_AT_ONCE = 2
 
 
 class _Objects:
-    """Objects for the plan: reused where this clone has them in the planned form."""
+    """Objects for the plan: reused where this clone has them in the planned form.
+
+    Tensors are walked on several threads: the store's lookups and the pack take
+    `lock`, one thread at a time; decoding and encoding run outside it.
+    """
 
     def __init__(self, store: ChunkStore, pack: PackWriter) -> None:
         self.store, self.pack = store, pack
+        self.lock = threading.Lock()
         self.whole: dict[bytes, tuple[str, int]] = {}
         self.delta: dict[tuple[bytes, bytes], tuple[str, int]] = {}
 
     def _existing(self, h: bytes, base: bytes | None) -> tuple[str, int] | None:
-        for oid, size, have in self.store.holders(h):
+        with self.lock:
+            holders = self.store.holders(h)
+        for oid, size, have in holders:
             if have == base:
                 return oid, size
         return None
@@ -58,12 +70,15 @@ class _Objects:
         `git add` wrote). An `xor` one is the same payload, nothing decoded; a `sub` one is
         encoded with the same codec without estimating codecs again: the delta the other
         way round is as large, and it paid."""
-        for oid, _, have in self.store.holders(base):
+        with self.lock:
+            holders = self.store.holders(base)
+        for oid, _, have in holders:
             if have != h:
                 continue
-            codec = self.store.level(base, oid).header.codec
+            with self.lock:
+                codec = self.store.level(base, oid).header.codec
+                data = self.store.read_object(oid) if codec == Codec.XOR else None
             if codec == Codec.XOR:
-                data = self.store.read_object(oid)
                 flipped = None if data is None else codecs.reversed_xor(data, depth + 1)
                 if flipped is not None:
                     return flipped
@@ -74,7 +89,8 @@ class _Objects:
         return None
 
     def _add(self, enc: Encoded) -> tuple[str, int]:
-        return self.pack.add("blob", enc.parts).hex(), enc.size
+        with self.lock:
+            return self.pack.add("blob", enc.parts).hex(), enc.size
 
     def whole_of(self, h: bytes, raw: Raw, dtype: str) -> tuple[str, int]:
         if h not in self.whole:
@@ -113,7 +129,8 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
     base_hashes = {
         v: hashes(cands.versions[c.base].manifest) for v, c in plan.choices.items() if c.base
     }
-    filed: dict[str, dict[bytes, tuple[str, int]]] = defaultdict(dict)
+    # one dict per version up front: the tensors' threads only ever set items in them
+    filed: dict[str, dict[bytes, tuple[str, int]]] = {v: {} for v in plan.choices}
     progress = Progress(
         "git-mgit: encoding what the push publishes",
         sum(cands.versions[v].manifest.size for v in chosen),
@@ -121,10 +138,14 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
     try:
         with PackWriter(store.repo.objects_dir) as pack:
             objects = _Objects(store, pack)
-            for key, group in groups(cands, involved):
-                decoded = DecodedChunks(store)
+
+            def tensor(key: Key, group: list[tuple[str, mf.Chunk]]) -> int:
+                """One chunk's versions, oldest first (a version's base is newer, so it comes
+                later); returns the bytes of the chosen versions it covered."""
+                decoded = DecodedChunks(store, lock=objects.lock)
                 at = dict(group)
-                for v, c in group:  # oldest first: a version's base is newer, so it comes later
+                done = 0
+                for v, c in group:
                     h, raw = c.content_hash, partial(decoded.get, c.content_hash)
                     choice = plan.choices.get(v)
                     unpaired = choice is not None and (choice.base is None or choice.base not in at)
@@ -143,7 +164,19 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
                             levels,
                             key[2],
                         )
-                    progress.update(c.length if choice is not None else 0)
+                    done += c.length if choice is not None else 0
+                return done
+
+            with ThreadPoolExecutor(_TENSORS_AT_ONCE, thread_name_prefix="mgit-publish") as pool:
+                futures = [
+                    pool.submit(tensor, key, group) for key, group in groups(cands, involved)
+                ]
+                try:
+                    for future in as_completed(futures):
+                        progress.update(future.result())
+                except BaseException:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
             written = []
             for v in plan.push_order():
                 ref = VersionRef(v, (plan.choices[v].base,) if plan.choices[v].base else ())

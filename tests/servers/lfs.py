@@ -119,6 +119,12 @@ class BlockStorage(LocalStorage):
     def get(self, prefix: str, oid: str) -> BinaryIO:
         return _Blocks(super().get(prefix, oid))  # type: ignore[return-value]
 
+    @staticmethod
+    def _create_path(spath: str) -> None:
+        # giftless checks, then creates: two first uploads to a repository at once both
+        # see no folder, and the second mkdir fails the PUT with a 500 nobody caused.
+        Path(spath).mkdir(parents=True, exist_ok=True)
+
 
 def _is_lfs(path: str) -> bool:
     target = urlsplit(path).path

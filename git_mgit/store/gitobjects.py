@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 Part = bytes | bytearray | memoryview
 
@@ -69,6 +69,16 @@ def tree_body(entries: Iterable[tuple[str, bytes, bytes]]) -> bytes:
         raise ValueError("duplicate names in tree entries")
     ents.sort(key=_tree_sort_key)
     return b"".join(b"%s %s\0%s" % (mode.encode(), name, oid) for mode, name, oid in ents)
+
+
+def tree_entries(body: bytes) -> Iterator[tuple[str, bytes, str]]:
+    """(mode, name, oid hex) of each entry of a tree object's content: tree_body read back."""
+    pos = 0
+    while pos < len(body):
+        space = body.index(b" ", pos)
+        nul = body.index(b"\0", space)
+        yield body[pos:space].decode(), body[space + 1 : nul], body[nul + 1 : nul + 21].hex()
+        pos = nul + 21
 
 
 def commit_body(

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterable
 
 from git_mgit.gitcmd import Repo
+from git_mgit.store.gitobjects import DIR_MODE, tree_entries
 
 ANCHOR_PREFIX = "refs/mgit/objects/"
 VERSION_PREFIX = "refs/mgit/v/"
@@ -147,19 +148,23 @@ def anchor_objects(
         name = path.rsplit("/", 1)[-1]
         if path.count("/") == 2 and len(name) == 64:
             wanted.append((oid, bytes.fromhex(name)))
-    if not wanted:
-        return []
+    sizes = _sizes(repo, [o for o, _ in wanted])
+    return [(h, o, sizes[o]) for o, h in dict(wanted).items() if o in sizes]
+
+
+def _sizes(repo: Repo, oids: list[str]) -> dict[str, int]:
+    """Object id -> size of those of `oids` git has, in one `git cat-file --batch-check`."""
+    if not oids:
+        return {}
     proc = subprocess.run(
         ["git", "cat-file", "--batch-check=%(objectname) %(objectsize)"],
         cwd=repo.worktree or repo.git_dir,
-        input="".join(o + "\n" for o, _ in wanted).encode(),
+        input="".join(o + "\n" for o in oids).encode(),
         capture_output=True,
         check=True,
     )
-    sizes = dict(
-        line.split() for line in proc.stdout.decode().splitlines() if "missing" not in line
-    )
-    return [(h, o, int(sizes[o])) for o, h in dict(wanted).items() if o in sizes]
+    rows = (line.split() for line in proc.stdout.decode().splitlines() if "missing" not in line)
+    return {oid: int(size) for oid, size in rows}
 
 
 def filed_by(repo: Repo, commits: Iterable[str]) -> dict[str, list[tuple[bytes, str, int]]]:
@@ -179,38 +184,17 @@ def filed_by(repo: Repo, commits: Iterable[str]) -> dict[str, list[tuple[bytes, 
         trees = [
             (commit, oid)
             for (commit, _), body in zip(trees, bodies, strict=True)
-            for mode, _, oid in _entries(body or b"")
-            if mode == b"40000"
+            for mode, _, oid in tree_entries(body or b"")
+            if mode == DIR_MODE
         ]
     files: dict[str, list[tuple[bytes, str]]] = {c: [] for c in commits}
     for (commit, _), body in zip(trees, repo.cat_blobs([t for _, t in trees]), strict=True):
         files[commit] += [
             (bytes.fromhex(name.decode()), oid)
-            for mode, name, oid in _entries(body or b"")
-            if mode != b"40000" and len(name) == 64
+            for mode, name, oid in tree_entries(body or b"")
+            if mode != DIR_MODE and len(name) == 64
         ]
-    oids = sorted({oid for filed in files.values() for _, oid in filed})
-    listing = (
-        repo.git(
-            "cat-file",
-            "--batch-check=%(objectname) %(objectsize)",
-            input="".join(o + "\n" for o in oids).encode(),
-        )
-        if oids
-        else ""
-    )
-    sizes = dict(line.split() for line in listing.splitlines() if "missing" not in line)
+    sizes = _sizes(repo, sorted({oid for filed in files.values() for _, oid in filed}))
     return {
-        c: [(h, oid, int(sizes[oid])) for h, oid in filed if oid in sizes]
-        for c, filed in files.items()
+        c: [(h, oid, sizes[oid]) for h, oid in filed if oid in sizes] for c, filed in files.items()
     }
-
-
-def _entries(tree: bytes) -> Iterable[tuple[bytes, bytes, str]]:
-    """(mode, name, oid hex) of each entry of a tree object's body."""
-    pos = 0
-    while pos < len(tree):
-        space = tree.index(b" ", pos)
-        nul = tree.index(b"\0", space)
-        yield tree[pos:space], tree[space + 1 : nul], tree[nul + 1 : nul + 21].hex()
-        pos = nul + 21

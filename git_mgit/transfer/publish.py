@@ -3,9 +3,10 @@
 Objects this clone already has in the planned form are reused (a chunk
 stored whole, or as a delta of the planned base); the rest are encoded from
 the chunks' verified bytes, walking each tensor's versions oldest first so
-that every chunk is decoded once, two tensors at a time. Version refs are written as deterministic
-commits (time 0) and created here, under their final names, in one
-transaction, before any push: a push only sends what exists locally.
+that every chunk is decoded once, two tensors at a time. Version refs are
+written as deterministic commits (time 0) and created here, under their
+final names, in one transaction, before any push: a push only sends what
+exists locally.
 """
 
 from __future__ import annotations

@@ -159,6 +159,7 @@ class _Job:
     shipment: shipping.Shipment
     files: dict[str, bytes]
     tries: int = 0  # times its inputs died with nodes
+    worker: str | None = None  # where it was asked to run
 
     @property
     def versions(self) -> set[str]:
@@ -215,12 +216,24 @@ class ClusterPool(Executor):
                 "versions": j.shipment.remote,
                 "refs": j.shipment.refs,
             }
+        j.worker = self._least_busy()
         future = self.client.submit(
             node.run, j.task, self.head.digest, self.head.code.future(), remote, packs, j.files,
             key=f"git-mgit-{j.task['kind']}-{uuid.uuid4().hex}", pure=False,
+            workers=j.worker, allow_other_workers=True,
         )  # fmt: skip
         self._running[future.key] = j
         self._done.add(future)
+
+    def _least_busy(self) -> str | None:
+        """The worker with the fewest of our jobs per thread. Left to itself, Dask may put every
+        job beside the inputs one node already holds (seen under load: 6 jobs, 1 of 2 nodes);
+        the restriction is loose, so a job whose node dies runs on another."""
+        threads = self.client.nthreads()
+        if not threads:
+            return None
+        load = Counter(j.worker for j in self._running.values())
+        return min(threads, key=lambda w: (load[w] / max(1, threads[w]), w))
 
     def _pack(self, vid: str) -> Future:
         if vid not in self._packs:

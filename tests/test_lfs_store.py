@@ -19,15 +19,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import urllib3
 
 from git_mgit.gitcmd import find_repo
-from git_mgit.transfer.stores.blobs import BlobStoreError, Pointer
+from git_mgit.transfer.stores.blobs import BlobStoreError, Pieces, Pointer
 from git_mgit.transfer.stores.lfs import LfsStore, auth, endpoint_for, may_send_credentials
+from git_mgit.transfer.stores.lfs import store as lfs_store
 from git_mgit.transfer.stores.lfs.auth import Access
 from git_mgit.transfer.stores.lfs.creds import GitCredentials
 from git_mgit.transfer.stores.lfs.endpoint import SshTarget
 from git_mgit.transfer.stores.lfs.gitconfig import LfsConfig
-from git_mgit.transfer.stores.lfs.http import Http, Timeouts
+from git_mgit.transfer.stores.lfs.http import Http, Timeouts, read_object
+from git_mgit.transfer.stores.lfs.retry import Transient
 from git_mgit.transfer.stores.lfs.sshauth import ssh_argv
 from tests.gitsandbox import commit_files, init_repo, run_git
 from tests.servers.faults import FaultProxy
@@ -251,6 +254,31 @@ def test_batches_hold_at_most_100_objects(lfs_server: LfsServer, lfs_repo: Path)
     assert len(lfs_server.uploads()) == 150
 
 
+def test_an_upload_fed_lazily_starts_before_the_last_object_is_known(
+    lfs_server: LfsServer, lfs_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a push hashes its objects: each batch request is sent once it names
+    _CHUNK_BYTES, while later pointers are still being computed."""
+    monkeypatch.setattr(lfs_store, "_CHUNK_BYTES", 2 * MiB)
+    objects = blobs(MiB, MiB, MiB, MiB, 3000)
+    seen_batches: list[int] = []
+
+    def hashed() -> Iterator[Pointer]:
+        for pointer in objects:
+            asked = [h for h in lfs_server.requests if h.path.endswith("/objects/batch")]
+            seen_batches.append(sum(h.status == 200 for h in asked))
+            yield pointer
+
+    def pieces(p: Pointer) -> Pieces:  # the bytes as views, as a pack gives them
+        view = memoryview(objects[p])
+        return Pieces([view[:65535], view[65535:]])
+
+    assert store_for(lfs_repo).upload(hashed(), pieces) == 5
+    assert seen_batches == [0, 0, 1, 1, 2]
+    for pointer, data in objects.items():
+        assert lfs_server.stored(pointer.oid).read_bytes() == data
+
+
 def test_a_corrupt_stored_object_is_never_yielded(lfs_server: LfsServer, lfs_repo: Path) -> None:
     objects = blobs(MiB)
     (pointer,) = objects
@@ -267,6 +295,49 @@ def test_a_corrupt_stored_object_is_never_yielded(lfs_server: LfsServer, lfs_rep
     message = str(failure.value)
     assert "corrupt object sha256:" + pointer.oid[:12] in message
     assert lfs_server.lfs_url() in message and "\n" not in message
+
+
+def test_an_object_body_is_read_whole_or_found_short_or_long() -> None:
+    """read_object receives a body straight into one buffer: one byte more than asked
+    shows a body too long; a connection that ends early is Transient (retried), and a
+    whole body leaves the connection for the next request."""
+    data = os.urandom(MiB + 3)
+
+    class Serve(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            body = data + b"more" if self.path == "/long" else data
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2] if self.path == "/short" else body)
+            if self.path == "/short":
+                self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Serve)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    pool = urllib3.PoolManager(maxsize=1)
+    base = f"http://127.0.0.1:{server.server_port}"
+
+    def get(path: str) -> bytes:
+        response = pool.request("GET", base + path, preload_content=False, retries=False)
+        return bytes(read_object(response, base + path, len(data)))
+
+    try:
+        assert get("/whole") == data
+        assert get("/long") == data + b"m"  # size + 1: the caller's check refuses it
+        with pytest.raises(Transient):
+            get("/short")
+        assert get("/whole") == data
+        assert pool.connection_from_url(base).num_connections <= 3
+    finally:
+        server.shutdown()
+        server.server_close()
+        pool.clear()
 
 
 def test_a_missing_object_is_named(lfs_server: LfsServer, lfs_repo: Path) -> None:
@@ -485,7 +556,10 @@ def test_transfers_survive_errors_and_dropped_connections(
     proxied.fail("POST", "/objects/batch", status=503)
     proxied.fail("PUT", status=429, headers={"Retry-After": "1"})
     proxied.drop_request("PUT", "/objects/storage/", after=256 * 1024)
-    assert store.upload(list(objects), objects.__getitem__) == 3
+    pieces = {
+        p: Pieces([memoryview(d)[: MiB + 1], memoryview(d)[MiB + 1 :]]) for p, d in objects.items()
+    }
+    assert store.upload(list(objects), pieces.__getitem__) == 3  # sent again whole after a drop
     assert proxied.armed == 0
     for pointer, data in objects.items():
         assert lfs_server.stored(pointer.oid).read_bytes() == data

@@ -47,8 +47,20 @@ def test_reads_what_git_reads_from_our_packs(repo: Path) -> None:
         for oid, data in zip(oids, blobs, strict=True):
             got = reader.read(oid.hex())
             assert got is not None and bytes(got) == data == cat(repo, oid)
+            pieces = reader.pieces(oid.hex())
+            assert pieces is not None and b"".join(pieces) == data
     finally:
         reader.close()
+
+
+def test_pieces_are_views_of_the_pack_and_outlive_the_reader(repo: Path) -> None:
+    data = random.Random(4).randbytes(3 * 65535 + 11)
+    (oid,) = write_blobs(repo, [data])
+    reader = PackReader(objects_dir(repo))
+    pieces = reader.pieces(oid.hex())
+    reader.close()  # the mapping stays while a piece refers to it
+    assert pieces is not None and len(pieces) == 4 and all(p.readonly for p in pieces)
+    assert b"".join(pieces) == data
 
 
 def test_finds_packs_written_after_it_started_and_survives_gc(repo: Path) -> None:
@@ -79,6 +91,7 @@ def test_compressed_and_loose_objects_are_left_to_git(repo: Path) -> None:
         run_git("update-ref", "refs/heads/main", commit, cwd=repo)
         run_git("gc", "--prune=now", "--quiet", cwd=repo)
         assert reader.read(oid) is None  # packed, but deflated by git
+        assert reader.pieces(oid) is None
         assert reader.read(tree) is None  # not a blob
         assert reader.read("HEAD") is None and reader.read("zz" * 20) is None
     finally:

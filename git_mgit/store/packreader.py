@@ -7,7 +7,10 @@ Our pack writer stores payloads as zlib *stored* blocks, and git keeps them so
 when it repacks or sends them (it reuses pack data). Opening such a blob walks
 its block headers once (one 5-byte pread per 64 KiB block) and keeps where
 each block's bytes lie; after that any byte range is one preadv straight into
-the caller's buffer, so a decoder can fetch just the frames it needs.
+the caller's buffer, so a decoder can fetch just the frames it needs, and the
+whole blob is also a list of views into the mapped pack (pieces): hashing and
+uploading an object then copies none of it (a copy into fresh memory costs
+about as much as a SHA-256 on a small VM).
 
 Anything else (a loose object, a deltified or compressed entry, an object in
 an alternate) answers None and the caller asks git. The zlib adler32 is not
@@ -45,6 +48,14 @@ class _Pack:
         self._fanout = struct.unpack_from(">256I", self._idx, _FANOUT)
         self._count = self._fanout[255]
         self.fd = os.open(idx_path.with_suffix(".pack"), os.O_RDONLY)
+        self._map: memoryview | None = None
+
+    def mapped(self) -> memoryview:
+        """The whole pack, mapped read-only (once; packs never change). Views of it keep the
+        mapping alive after close()."""
+        if self._map is None:
+            self._map = memoryview(mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ))
+        return self._map
 
     def offset(self, oid: bytes) -> int | None:
         lo = self._fanout[oid[0] - 1] if oid[0] else 0
@@ -73,6 +84,7 @@ class _Pack:
     def close(self) -> None:
         os.close(self.fd)
         self._idx.close()
+        self._map = None  # unmapped when the last piece handed out is gone
 
 
 class StoredBlob:
@@ -110,6 +122,14 @@ class StoredBlob:
             if done < len(dst) and pos + done == end:
                 k += 1  # the batch ended exactly at a block boundary
 
+    def pieces(self, mapped: memoryview) -> list[memoryview]:
+        """The blob's bytes in order, as views of its pack mapped whole (`_Pack.mapped`)."""
+        ends = [*self._starts[1:], self.size][: len(self._starts)]  # an empty blob has none
+        return [
+            mapped[at : at + end - start]
+            for at, start, end in zip(self._positions, self._starts, ends, strict=True)
+        ]
+
     def view(self, pos: int, n: int, scratch: memoryview | None = None) -> memoryview:
         """Bytes [pos, pos + n), read into scratch (at least n bytes) or a new buffer."""
         dst = memoryview(bytearray(n)) if scratch is None else scratch[:n]
@@ -133,6 +153,20 @@ class PackReader:
 
     def open(self, oid: str) -> StoredBlob | None:
         """Random access to a stored-block blob in a known pack; None for anything else."""
+        found = self._locate(oid)
+        return None if found is None else found[1]
+
+    def pieces(self, oid: str) -> list[memoryview] | None:
+        """The whole blob as views of its mapped pack (no copy); None as for open()."""
+        found = self._locate(oid)
+        if found is None:
+            return None
+        pack, blob = found
+        with self._lock:
+            mapped = pack.mapped()
+        return blob.pieces(mapped)
+
+    def _locate(self, oid: str) -> tuple[_Pack, StoredBlob] | None:
         if not self.enabled or len(oid) != 40:
             return None
         try:
@@ -143,7 +177,8 @@ class PackReader:
         if found is None:
             return None
         pack, offset = found
-        return _open_stored_blob(pack.fd, offset)
+        blob = _open_stored_blob(pack.fd, offset)
+        return None if blob is None else (pack, blob)
 
     def read(self, oid: str) -> bytearray | None:
         """The whole blob, or None when it is not a stored-block blob in a known pack."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass
 from typing import TypeVar
@@ -26,6 +26,24 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+@dataclass(frozen=True)
+class Pieces:
+    """An object's bytes in order, as views of the pack that holds it: hashed and sent
+    without a copy (a copy into fresh memory costs about as much as a SHA-256)."""
+
+    views: Sequence[memoryview]
+
+    def __len__(self) -> int:
+        return sum(v.nbytes for v in self.views)
+
+    def joined(self) -> bytes:
+        """One buffer, for clients that take nothing else."""
+        return self.views[0].tobytes() if len(self.views) == 1 else b"".join(self.views)
+
+
+Body = Data | Pieces  # what upload()'s `read` returns
+
+
 @dataclass(frozen=True, order=True)
 class Pointer:
     """One stored object: the SHA-256 of its bytes (64 hex) and its size."""
@@ -34,8 +52,13 @@ class Pointer:
     size: int
 
     @classmethod
-    def of(cls, data: bytes | bytearray | memoryview) -> Pointer:
-        return cls(hashlib.sha256(data).hexdigest(), len(data))
+    def of(cls, data: bytes | bytearray | memoryview | Pieces) -> Pointer:
+        if not isinstance(data, Pieces):
+            return cls(hashlib.sha256(data).hexdigest(), len(data))
+        h = hashlib.sha256()
+        for view in data.views:
+            h.update(view)
+        return cls(h.hexdigest(), len(data))
 
 
 class BlobStoreError(MgitError):
@@ -57,13 +80,15 @@ class BlobStore(ABC):
     @abstractmethod
     def upload(
         self,
-        objects: Sequence[Pointer],
-        read: Callable[[Pointer], Data],
+        objects: Iterable[Pointer],
+        read: Callable[[Pointer], Body],
         progress: Progress | None = None,
     ) -> int:
         """Send the objects the store lacks (asking it first); how many were sent.
 
-        `read` returns an object's bytes; it may be called from several threads.
+        `objects` may be lazy (pointers as they are hashed); a store may start sending
+        before it ends. `read` returns an object's bytes; it may be called from several
+        threads, for any pointer `objects` has yielded.
         """
 
     @abstractmethod
@@ -80,7 +105,7 @@ class BlobStore(ABC):
         """Release connections."""
 
 
-def sized(read: Callable[[Pointer], Data], pointer: Pointer, where: str) -> Data:
+def sized(read: Callable[[Pointer], Body], pointer: Pointer, where: str) -> Body:
     """The bytes to upload for `pointer`, read again after it was computed from them.
 
     Only the size is checked: hashing them a second time would double a push's

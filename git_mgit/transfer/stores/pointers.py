@@ -17,9 +17,10 @@ anchored; what was verified before a failure is kept.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
@@ -30,7 +31,7 @@ from git_mgit.store.packwriter import PackWriter
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
-from git_mgit.transfer.stores.blobs import BlobStore, Data, Pointer
+from git_mgit.transfer.stores.blobs import BlobStore, Pieces, Pointer
 from git_mgit.transfer.stores.choice import RECORD_REF, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_refs
 from git_mgit.transfer.stores.registry import blob_store
@@ -48,26 +49,31 @@ class PointerStore(Store):
     ) -> Sent:
         repo, url = self.repo, self.choice.url
         read = ObjectBytes(store)
-        oids = sorted({oid for w in written for oid, _ in w.objects.values()})
-        pointers = read.pointers(oids)
+        sizes = {oid: size for w in written for oid, size in w.objects.values()}
+        pointers: dict[str, Pointer] = {}
+        by_pointer: dict[Pointer, str] = {}
         sent = Sent()
         blobs = blob_store(repo, self.remote, url)
         try:
-            by_pointer = {p: oid for oid, p in pointers.items()}
-            progress = Progress(
-                f"git-mgit: uploading to {blobs.describe()}", sum(p.size for p in by_pointer)
-            )
+            progress = Progress(f"git-mgit: uploading to {blobs.describe()}", sum(sizes.values()))
 
             def moved(n: int) -> None:
                 sent.bytes += n
                 progress.update(n)
 
+            def hashed() -> Iterator[Pointer]:
+                for oid, p in read.pointers(sorted(sizes)):
+                    pointers[oid] = p
+                    by_pointer.setdefault(p, oid)
+                    yield p
+
+            stream = hashed()
             try:
-                sent.uploaded = blobs.upload(
-                    sorted(by_pointer), lambda p: read.bytes(by_pointer[p]), moved
-                )
+                sent.uploaded = blobs.upload(stream, lambda p: read.bytes(by_pointer[p]), moved)
             finally:
                 progress.finish()
+            for _ in stream:  # every pointer is filed below, even one a store never asked for
+                pass
         finally:
             blobs.close()
         _point(repo, written, pointers, url)
@@ -112,28 +118,29 @@ class ObjectBytes:
         self.store = store
         self.lock = threading.Lock()
 
-    def _read(self, oid: str) -> bytes | bytearray:
-        data = self.store.packs.read(oid)  # thread-safe: only git cat-file needs the lock
-        if data is None:
+    def bytes(self, oid: str) -> Pieces:
+        """The object's bytes, not copied when a pack of ours holds them as stored blocks."""
+        views = self.store.packs.pieces(oid)  # thread-safe: only git cat-file needs the lock
+        if views is None:
             with self.lock:
                 data = self.store.reader.read(oid)
-        if data is None:
-            raise FileNotFoundError(f"object {oid} is not in this clone")
-        return data
-
-    def bytes(self, oid: str) -> Data:
-        """The object's bytes, not copied (a copy costs as much as a hash on a small VM)."""
-        return memoryview(self._read(oid))
+            if data is None:
+                raise FileNotFoundError(f"object {oid} is not in this clone")
+            views = [memoryview(data)]
+        return Pieces(views)
 
     def pointer(self, oid: str) -> Pointer:
-        return Pointer.of(self._read(oid))
+        return Pointer.of(self.bytes(oid))
 
-    def pointers(self, oids: Sequence[str]) -> dict[str, Pointer]:
-        """Each object's pointer, hashed on git-mgit's cores (hashlib lets go of the GIL),
-        one object per core in memory at a time."""
-        from git_mgit.codecs.workers import parallel_map  # the codecs' pool, not imported sooner
+    def pointers(self, oids: Iterable[str]) -> Iterator[tuple[str, Pointer]]:
+        """Each object with its pointer, in order, as they are hashed on git-mgit's cores
+        (hashlib lets go of the GIL), a few objects ahead of the caller."""
+        from git_mgit import cores
+        from git_mgit.codecs.workers import ordered  # the codecs' pool, not imported sooner
 
-        return dict(zip(oids, parallel_map(self.pointer, oids), strict=True))
+        oids = list(oids)
+        jobs = (functools.partial(self.pointer, oid) for oid in oids)
+        return zip(oids, ordered(jobs, cores.available()), strict=True)
 
     def holder(self, h: bytes, p: Pointer) -> tuple[str, int] | None:
         """(oid, size) of the object here that holds chunk `h` as the bytes `p` names."""

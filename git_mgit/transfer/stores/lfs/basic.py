@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 
-from git_mgit.transfer.stores.blobs import BlobStoreError, Data
+from git_mgit.transfer.stores.blobs import BlobStoreError, Body, Data, Pieces
 from git_mgit.transfer.stores.lfs import batch
 from git_mgit.transfer.stores.lfs.api import BatchApi
 from git_mgit.transfer.stores.lfs.batch import Action, Answer
-from git_mgit.transfer.stores.lfs.http import read_body
+from git_mgit.transfer.stores.lfs.http import read_body, read_object
 from git_mgit.transfer.stores.lfs.retry import Transient
 
 _EXPIRED = frozenset({401, 403})
@@ -59,18 +59,22 @@ class _Actions:
         )
 
 
-def upload(api: BatchApi, answer: Answer, data: Data) -> bool:
+def upload(api: BatchApi, answer: Answer, data: Body) -> bool:
     """PUT the object where the server said, then verify; False if it turned out to be there."""
     actions = _Actions(api, "upload", answer)
     pointer = answer.pointer
+    # Pieces go out one sendall each, framed by Content-Length (urllib3 would chunk a list).
+    payload = list(data.views) if isinstance(data, Pieces) else data
 
     def put() -> bool:
         action = actions.get("upload")
         if action is None:
             return False  # renewed: the server has it now
         headers = {"Content-Type": "application/octet-stream", **action.header}
+        if isinstance(payload, list):
+            headers["Content-Length"] = str(len(data))
         response = api.http.send(
-            "PUT", action.href, headers=headers, body=data, cred_url=actions.cred_url(action)
+            "PUT", action.href, headers=headers, body=payload, cred_url=actions.cred_url(action)
         )
         body = read_body(response, action.href)
         if 200 <= response.status < 300:
@@ -99,12 +103,12 @@ def upload(api: BatchApi, answer: Answer, data: Data) -> bool:
     return True
 
 
-def download(api: BatchApi, answer: Answer) -> bytes:
+def download(api: BatchApi, answer: Answer) -> Data:
     """The object's bytes as the server sent them (at most size + 1 bytes read; unverified)."""
     actions = _Actions(api, "download", answer)
     pointer = answer.pointer
 
-    def get() -> bytes:
+    def get() -> Data:
         action = actions.get("download")
         if action is None:
             raise batch.object_error(
@@ -114,7 +118,7 @@ def download(api: BatchApi, answer: Answer) -> bytes:
             "GET", action.href, headers=dict(action.header), cred_url=actions.cred_url(action)
         )
         if 200 <= response.status < 300:
-            return read_body(response, action.href, limit=pointer.size)
+            return read_object(response, action.href, pointer.size)
         body = read_body(response, action.href, limit=64 * 1024)
         if response.status in (404, 410):
             error = Answer(pointer, error=(response.status, batch.server_message(body)))

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from http.client import HTTPException
 from urllib.parse import urljoin, urlsplit
 
 import urllib3
@@ -58,7 +60,7 @@ class Http:
         url: str,
         *,
         headers: dict[str, str],
-        body: bytes | None = None,
+        body: bytes | memoryview | list[memoryview] | None = None,
         cred_url: str | None = None,
     ) -> urllib3.BaseHTTPResponse:
         """The final response (body unread; the caller reads and releases it).
@@ -84,6 +86,7 @@ class Http:
                     cred_url, sent = None, None
                 if status == 303 or (status in (301, 302) and method == "POST"):
                     method, body = "GET", None
+                    headers = {k: v for k, v in headers.items() if k.lower() != "content-length"}
                 url = target
                 continue
             if status == 401 and cred_url is not None:
@@ -109,7 +112,11 @@ class Http:
         )
 
     def _request(
-        self, method: str, url: str, headers: dict[str, str], body: bytes | None
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        body: bytes | memoryview | list[memoryview] | None,
     ) -> urllib3.BaseHTTPResponse:
         if _has_auth(headers) and not may_send_credentials(url):
             raise BlobStoreError(
@@ -140,8 +147,7 @@ class Http:
 def read_body(response: urllib3.BaseHTTPResponse, url: str, limit: int | None = None) -> bytes:
     """The whole body (at most `limit` bytes are read: more is the caller's to judge);
     a body cut short is Transient."""
-    whole = False
-    try:
+    with _reading(response, url) as whole:
         if limit is None:
             data = response.read()
         else:
@@ -150,12 +156,46 @@ def read_body(response: urllib3.BaseHTTPResponse, url: str, limit: int | None = 
                 parts.append(piece)
                 total += len(piece)
             data = b"".join(parts)
-        whole = response.isclosed() or limit is None or len(data) <= limit
+        whole.append(response.isclosed() or limit is None or len(data) <= limit)
         return data
+
+
+def read_object(response: urllib3.BaseHTTPResponse, url: str, size: int) -> bytes | memoryview:
+    """At most size + 1 bytes of the body (one more tells the caller it is too long).
+
+    They are received straight into one buffer: through urllib3's read() every byte
+    is copied twice more (its chunks, then their join), which on a small VM costs
+    about as much as the SHA-256 that checks them. That needs http.client's response
+    under urllib3's (a private attribute); without it, or for an encoded body, read()."""
+    raw = getattr(response, "_fp", None)
+    encoded = response.headers.get("Content-Encoding", "identity").lower() != "identity"
+    if encoded or not hasattr(raw, "readinto"):
+        return read_body(response, url, limit=size)
+    with _reading(response, url) as whole:
+        buf = memoryview(bytearray(size + 1))
+        got = 0
+        try:
+            while got <= size and (n := raw.readinto(buf[got:])):
+                got += n
+        except (OSError, HTTPException) as exc:
+            raise Transient(f"{describe(exc)} reading from {redact(url)}") from None
+        if got <= size and getattr(raw, "length", None):  # http.client returns 0 at an early end
+            raise Transient(f"IncompleteRead: connection closed reading from {redact(url)}")
+        whole.append(response.isclosed() or got <= size)
+        return buf[:got]
+
+
+@contextlib.contextmanager
+def _reading(response: urllib3.BaseHTTPResponse, url: str) -> Iterator[list[bool]]:
+    """Release the connection after a read; the reader appends True when the body was
+    read to its end (else the connection is closed: it cannot carry another request)."""
+    whole: list[bool] = []
+    try:
+        yield whole
     except HTTPError as exc:
         raise Transient(f"{describe(exc)} reading from {redact(url)}") from None
     finally:
-        if not whole:  # bytes left unread: this connection cannot carry another request
+        if not any(whole):
             response.close()
         response.release_conn()
 

@@ -10,13 +10,14 @@ it (so hashing runs on every core), before it is yielded.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from git_mgit.gitcmd import Repo
 from git_mgit.transfer.stores.blobs import (
     BlobStore,
+    Body,
     Data,
     Pointer,
     Progress,
@@ -36,6 +37,7 @@ from git_mgit.transfer.stores.lfs.retry import RetryPolicy
 from git_mgit.transfer.stores.lfs.sshauth import SshAuthenticator
 
 _AHEAD_BYTES = 256 << 20
+_CHUNK_BYTES = 64 << 20  # an upload's batch request names at most this much (or 100 objects)
 _EMPTY = Pointer.of(b"")
 # A whole batch refused with these means no asked object is there (giftless answers so
 # when every object is missing or damaged; the Batch API's hosts answer 200 with errors).
@@ -111,34 +113,51 @@ class LfsStore(BlobStore):
 
     def upload(
         self,
-        objects: Sequence[Pointer],
-        read: Callable[[Pointer], Data],
+        objects: Iterable[Pointer],
+        read: Callable[[Pointer], Body],
         progress: Progress | None = None,
     ) -> int:
+        """One batch request per chunk as `objects` come; every upload the server asks for
+        goes into one queue of `lfs.concurrenttransfers`, so no chunk waits for the last."""
         api = self._apis["upload"]
         sent = 0
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="lfs-upload") as pool:
-            for chunk in batch.chunks([p for p in objects if p != _EMPTY]):
-                todo: dict[Future[bool], Pointer] = {}
+        running: dict[Future[bool], Pointer] = {}
+
+        def finished(block: bool) -> None:
+            nonlocal sent
+            done = [f for f in running if f.done()]
+            if block and not done:
+                done = list(wait(running, return_when=FIRST_COMPLETED).done)
+            for future in done:
+                pointer = running.pop(future)
+                if future.result():
+                    sent += 1
+                    if progress:
+                        progress(pointer.size)
+
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="lfs-upload")
+        try:
+            wanted = (p for p in objects if p != _EMPTY)
+            for chunk in batch.chunks(wanted, _CHUNK_BYTES):
                 for answer in api.batch("upload", chunk).values():
                     if answer.error:
                         raise batch.object_error(api.where, "upload", answer)
                     if "upload" in answer.actions:  # no action: the server holds it already
-                        todo[pool.submit(self._upload_one, api, answer, read)] = answer.pointer
-                for done in _completed(list(todo)):
-                    if done.result():
-                        sent += 1
-                        if progress:
-                            progress(todo[done].size)
+                        running[pool.submit(self._upload_one, api, answer, read)] = answer.pointer
+                finished(block=False)
+            while running:
+                finished(block=True)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # a failure stops what has not begun
         return sent
 
-    def _upload_one(self, api: BatchApi, answer: Answer, read: Callable[[Pointer], Data]) -> bool:
+    def _upload_one(self, api: BatchApi, answer: Answer, read: Callable[[Pointer], Body]) -> bool:
         pointer = answer.pointer
         return basic.upload(api, answer, sized(read, pointer, self.describe()))
 
     def download(
         self, objects: Sequence[Pointer], progress: Progress | None = None
-    ) -> Iterator[tuple[Pointer, bytes]]:
+    ) -> Iterator[tuple[Pointer, Data]]:
         api = self._apis["download"]
         wanted = list(dict.fromkeys(objects))
         if _EMPTY in wanted:
@@ -146,7 +165,7 @@ class LfsStore(BlobStore):
             yield _EMPTY, b""
         chunks = batch.chunks(wanted)
         queue: collections.deque[Answer] = collections.deque()
-        running: dict[Future[bytes], Pointer] = {}
+        running: dict[Future[Data], Pointer] = {}
         ahead = 0
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="lfs-download")
         try:
@@ -174,7 +193,7 @@ class LfsStore(BlobStore):
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _download_one(self, api: BatchApi, answer: Answer) -> bytes:
+    def _download_one(self, api: BatchApi, answer: Answer) -> Data:
         return verified(self, answer.pointer, basic.download(api, answer))
 
     @staticmethod
@@ -192,17 +211,3 @@ class LfsStore(BlobStore):
             if answer.error:
                 raise batch.object_error(api.where, "download", answer)
         return list(answers.values())
-
-
-def _completed(futures: list[Future[bool]]) -> Iterator[Future[bool]]:
-    """Each future as it finishes; the first failure cancels those not started and is raised."""
-    pending = set(futures)
-    try:
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                future.result()
-                yield future
-    finally:
-        for future in pending:
-            future.cancel()

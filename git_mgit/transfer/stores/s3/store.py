@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,7 +30,9 @@ from typing import Any
 from git_mgit.transfer.stores.blobs import (
     BlobStore,
     BlobStoreError,
+    Body,
     Data,
+    Pieces,
     Pointer,
     Progress,
     ahead,
@@ -173,11 +175,11 @@ class S3Store(BlobStore):
 
     def upload(
         self,
-        objects: Sequence[Pointer],
-        read: Callable[[Pointer], Data],
+        objects: Iterable[Pointer],
+        read: Callable[[Pointer], Body],
         progress: Progress | None = None,
     ) -> int:
-        todo = self.missing(objects)
+        todo = self.missing(list(objects))
         with _pool(self.concurrency, "s3-upload") as pool:
             futures = {pool.submit(self._put, p, read): p for p in todo}
             for done in as_completed(futures):
@@ -186,10 +188,12 @@ class S3Store(BlobStore):
                     progress(futures[done].size)
         return len(todo)
 
-    def _put(self, pointer: Pointer, read: Callable[[Pointer], Data]) -> None:
+    def _put(self, pointer: Pointer, read: Callable[[Pointer], Body]) -> None:
         import obstore
 
         data = sized(read, pointer, self.describe())
+        if isinstance(data, Pieces):
+            data = data.joined()  # obstore takes one buffer
         try:
             obstore.put(
                 self._client,

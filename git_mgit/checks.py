@@ -66,10 +66,9 @@ def _finite_checked(path: str, wanted: set[str], allowed: list[str]) -> bool:
 
 
 def _nonfinite(dtype: str, pieces: Iterable[bytes | memoryview]) -> tuple[int, int]:
-    from git_mgit.tensorstats import collect  # numpy: only when a tensor is checked
+    from git_mgit.tensorstats import nonfinite  # numpy: only when a tensor is checked
 
-    stats = collect(dtype, pieces)
-    return stats.nan, stats.inf
+    return nonfinite(dtype, pieces)
 
 
 def _is_float(dtype: str | None) -> bool:

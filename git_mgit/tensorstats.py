@@ -9,7 +9,7 @@ come from stored objects or from a file in the working tree.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -67,10 +67,17 @@ class Stats:
 
 
 class Collector:
-    """Feed a tensor's bytes in any pieces; read the Stats when done."""
+    """Feed a tensor's bytes in any pieces; read the Stats when done.
 
-    def __init__(self, dtype: str) -> None:
+    `fold` replaces Stats' own, for a caller that wants other figures of the same
+    windows (each a whole number of values).
+    """
+
+    def __init__(
+        self, dtype: str, fold: Callable[[bytes | bytearray | memoryview], None] | None = None
+    ) -> None:
         self.stats = Stats(dtype)
+        self._fold = fold or self.stats._fold
         width = element_width(dtype) or 1
         self._window = WINDOW * width
         self._pending = bytearray()
@@ -82,16 +89,16 @@ class Collector:
             self._pending += view[:take]
             view = view[take:]
             if len(self._pending) == self._window:
-                self.stats._fold(self._pending)
+                self._fold(self._pending)
                 self._pending = bytearray()
         while len(view) >= self._window:
-            self.stats._fold(view[: self._window])
+            self._fold(view[: self._window])
             view = view[self._window :]
         self._pending += view
 
     def finish(self) -> Stats:
         if self._pending:
-            self.stats._fold(self._pending)
+            self._fold(self._pending)
             self._pending = bytearray()
         return self.stats
 
@@ -118,30 +125,19 @@ def nonfinite(dtype: str, pieces: Iterable[bytes | bytearray | memoryview]) -> t
         stats = collect(dtype, pieces)
         return stats.nan, stats.inf
     kind, magnitude, exponent = layout
-    width = np.dtype(kind).itemsize
-    counts = np.zeros(2, dtype=np.int64)  # NaN, infinite
+    counts = [0, 0]  # NaN, infinite
 
-    def count(raw: bytes | memoryview) -> None:
+    def fold(raw: bytes | bytearray | memoryview) -> None:
         bits = np.frombuffer(raw, dtype=kind) & magnitude
         if np.count_nonzero(bits >= exponent):  # rare: count only then
-            counts[0] += np.count_nonzero(bits > exponent)
-            counts[1] += np.count_nonzero(bits == exponent)
+            counts[0] += int(np.count_nonzero(bits > exponent))
+            counts[1] += int(np.count_nonzero(bits == exponent))
 
-    pending = b""  # the start of a value split between two pieces
+    collector = Collector(dtype, fold)
     for piece in pieces:
-        view = memoryview(piece).cast("B")
-        if pending:
-            take = width - len(pending)
-            pending += bytes(view[:take])
-            view = view[take:]
-            if len(pending) < width:
-                continue
-            count(pending)
-        whole = len(view) - len(view) % width
-        for at in range(0, whole, WINDOW * width):
-            count(view[at : min(whole, at + WINDOW * width)])
-        pending = bytes(view[whole:])
-    return int(counts[0]), int(counts[1])
+        collector.feed(piece)
+    collector.finish()
+    return counts[0], counts[1]
 
 
 def collect(dtype: str, pieces: Iterable[bytes | bytearray | memoryview]) -> Stats:

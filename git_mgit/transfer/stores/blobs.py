@@ -38,7 +38,7 @@ class Pieces:
 
     def joined(self) -> bytes:
         """One buffer, for clients that take nothing else."""
-        return self.views[0].tobytes() if len(self.views) == 1 else b"".join(self.views)
+        return b"".join(self.views)
 
 
 Body = Data | Pieces  # what upload()'s `read` returns
@@ -53,10 +53,8 @@ class Pointer:
 
     @classmethod
     def of(cls, data: bytes | bytearray | memoryview | Pieces) -> Pointer:
-        if not isinstance(data, Pieces):
-            return cls(hashlib.sha256(data).hexdigest(), len(data))
         h = hashlib.sha256()
-        for view in data.views:
+        for view in data.views if isinstance(data, Pieces) else [data]:
             h.update(view)
         return cls(h.hexdigest(), len(data))
 

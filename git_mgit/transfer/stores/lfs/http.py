@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.client import HTTPException
+from typing import TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import urllib3
@@ -28,6 +29,8 @@ from git_mgit.transfer.stores.lfs.creds import Credential
 from git_mgit.transfer.stores.lfs.policy import may_send_credentials, origin, redact
 from git_mgit.transfer.stores.lfs.retry import Transient, retry_after, transient
 from git_mgit.transfer.stores.lfs.trace import trace
+
+T = TypeVar("T")
 
 USER_AGENT = "git-mgit (git-lfs compatible)"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -147,17 +150,18 @@ class Http:
 def read_body(response: urllib3.BaseHTTPResponse, url: str, limit: int | None = None) -> bytes:
     """The whole body (at most `limit` bytes are read: more is the caller's to judge);
     a body cut short is Transient."""
-    with _reading(response, url) as whole:
+
+    def read() -> tuple[bytes, bool]:
         if limit is None:
-            data = response.read()
-        else:
-            parts, total = [], 0
-            while total <= limit and (piece := response.read(min(1 << 20, limit + 1 - total))):
-                parts.append(piece)
-                total += len(piece)
-            data = b"".join(parts)
-        whole.append(response.isclosed() or limit is None or len(data) <= limit)
-        return data
+            return response.read(), True
+        parts, total = [], 0
+        while total <= limit and (piece := response.read(min(1 << 20, limit + 1 - total))):
+            parts.append(piece)
+            total += len(piece)
+        data = b"".join(parts)
+        return data, response.isclosed() or len(data) <= limit
+
+    return _released(response, url, read)
 
 
 def read_object(response: urllib3.BaseHTTPResponse, url: str, size: int) -> bytes | memoryview:
@@ -171,31 +175,32 @@ def read_object(response: urllib3.BaseHTTPResponse, url: str, size: int) -> byte
     encoded = response.headers.get("Content-Encoding", "identity").lower() != "identity"
     if encoded or not hasattr(raw, "readinto"):
         return read_body(response, url, limit=size)
-    with _reading(response, url) as whole:
+
+    def read() -> tuple[memoryview, bool]:
         buf = memoryview(bytearray(size + 1))
         got = 0
-        try:
-            while got <= size and (n := raw.readinto(buf[got:])):
-                got += n
-        except (OSError, HTTPException) as exc:
-            raise Transient(f"{describe(exc)} reading from {redact(url)}") from None
+        while got <= size and (n := raw.readinto(buf[got:])):
+            got += n
         if got <= size and getattr(raw, "length", None):  # http.client returns 0 at an early end
             raise Transient(f"IncompleteRead: connection closed reading from {redact(url)}")
-        whole.append(response.isclosed() or got <= size)
-        return buf[:got]
+        return buf[:got], response.isclosed() or got <= size
+
+    return _released(response, url, read)
 
 
-@contextlib.contextmanager
-def _reading(response: urllib3.BaseHTTPResponse, url: str) -> Iterator[list[bool]]:
-    """Release the connection after a read; the reader appends True when the body was
-    read to its end (else the connection is closed: it cannot carry another request)."""
-    whole: list[bool] = []
+def _released(
+    response: urllib3.BaseHTTPResponse, url: str, read: Callable[[], tuple[T, bool]]
+) -> T:
+    """What `read` returns (the body, and whether it was read to its end), the connection
+    released after: closed when bytes are left unread (it cannot carry another request)."""
+    whole = False
     try:
-        yield whole
-    except HTTPError as exc:
+        data, whole = read()
+        return data
+    except (HTTPError, OSError, HTTPException) as exc:
         raise Transient(f"{describe(exc)} reading from {redact(url)}") from None
     finally:
-        if not any(whole):
+        if not whole:
             response.close()
         response.release_conn()
 

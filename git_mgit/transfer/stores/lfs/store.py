@@ -123,17 +123,16 @@ class LfsStore(BlobStore):
         sent = 0
         running: dict[Future[bool], Pointer] = {}
 
-        def finished(block: bool) -> None:
-            nonlocal sent
-            done = [f for f in running if f.done()]
-            if block and not done:
-                done = list(wait(running, return_when=FIRST_COMPLETED).done)
-            for future in done:
+        def finished() -> int:
+            """How many of the uploads done by now were sent (a failure is raised)."""
+            count = 0
+            for future in [f for f in running if f.done()]:
                 pointer = running.pop(future)
                 if future.result():
-                    sent += 1
+                    count += 1
                     if progress:
                         progress(pointer.size)
+            return count
 
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="lfs-upload")
         try:
@@ -144,9 +143,10 @@ class LfsStore(BlobStore):
                         raise batch.object_error(api.where, "upload", answer)
                     if "upload" in answer.actions:  # no action: the server holds it already
                         running[pool.submit(self._upload_one, api, answer, read)] = answer.pointer
-                finished(block=False)
+                sent += finished()
             while running:
-                finished(block=True)
+                wait(running, return_when=FIRST_COMPLETED)
+                sent += finished()
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # a failure stops what has not begun
         return sent

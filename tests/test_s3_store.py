@@ -18,8 +18,9 @@ import obstore
 import pytest
 
 from git_mgit.gitcmd import find_repo
-from git_mgit.transfer.stores.blobs import BlobStoreError, Pointer
+from git_mgit.transfer.stores.blobs import BlobStoreError, Pieces, Pointer
 from git_mgit.transfer.stores.s3 import open_s3, parse_s3_url
+from git_mgit.transfer.stores.s3 import store as s3_store
 from git_mgit.transfer.stores.s3.store import Retry, S3Store
 from tests.gitsandbox import run_git
 from tests.servers.faults import FaultProxy
@@ -92,6 +93,49 @@ def test_many_objects_are_asked_for_by_listing_not_one_head_each(
     asked = proxy.requests[before:]
     assert len(asked) < len(objects) / 3
     assert proxy.count("GET", r"list-type=2") > 0
+
+
+def test_an_upload_fed_lazily_asks_and_sends_before_the_last_object_is_known(
+    s3_bucket: S3Bucket, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a push hashes its objects: the bucket is asked about each 2 MiB (here) of them
+    once they are known, while later pointers are still being computed."""
+    monkeypatch.setattr(s3_store, "_CHUNK_BYTES", 2 * MiB)
+    objects = _objects(MiB, MiB, MiB, MiB, 3000)
+    heads_seen: list[int] = []
+
+    def hashed() -> Iterator[Pointer]:
+        for pointer in objects:
+            heads_seen.append(proxy.count("HEAD"))
+            yield pointer
+
+    def pieces(p: Pointer) -> Pieces:  # the bytes as views, as a pack gives them
+        view = memoryview(objects[p])
+        return Pieces([view[:65535], view[65535:]])
+
+    store = _store(s3_bucket.url(endpoint=proxy.url))
+    assert store.upload(hashed(), pieces) == 5
+    assert heads_seen == [0, 0, 2, 2, 4]
+    assert proxy.count("PUT") == 5
+    assert dict(store.download(list(objects))) == objects
+
+
+def test_an_upload_the_bucket_mostly_holds_grows_its_chunks_until_it_lists(
+    s3_bucket: S3Bucket, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks stay small while the bucket lacks what they name (the PUTs start early),
+    and grow 4x after each chunk it held whole: a re-push lists shards, not a HEAD a key."""
+    monkeypatch.setattr(s3_store, "_CHUNK_BYTES", 1000)
+    objects = {Pointer.of(data): data for data in (os.urandom(100) for _ in range(2000))}
+    store = _store(s3_bucket.url(endpoint=proxy.url), concurrency=8)
+    assert store.upload(list(objects), objects.__getitem__) == len(objects)
+    assert proxy.count("GET", r"list-type=2") == 0  # 10 objects a chunk: a HEAD each
+    before = len(proxy.requests)
+    assert store.upload(list(objects), objects.__getitem__) == 0
+    asked = proxy.requests[before:]
+    assert proxy.count("PUT") == len(objects)
+    assert proxy.count("GET", r"list-type=2") > 0
+    assert len(asked) < 0.75 * len(objects)
 
 
 def test_an_object_of_the_wrong_size_counts_as_missing(s3_bucket: S3Bucket) -> None:

@@ -129,6 +129,67 @@ def verified(store: BlobStore, pointer: Pointer, data: Data) -> Data:
     return data
 
 
+class Chunks:
+    """`objects` without duplicates, in chunks of at most `max_count` objects, each cut once
+    it names `max_bytes`, taken from `objects` only as each chunk fills: an upload fed by
+    hashing sends its first objects while the rest are hashed. The limits may change
+    between chunks (a store that finds a chunk held already may ask for larger ones)."""
+
+    def __init__(
+        self, objects: Iterable[Pointer], max_count: int | None = None, max_bytes: int | None = None
+    ) -> None:
+        self.objects = objects
+        self.max_count, self.max_bytes = max_count, max_bytes
+
+    def __iter__(self) -> Iterator[list[Pointer]]:
+        seen: set[Pointer] = set()
+        chunk: list[Pointer] = []
+        size = 0
+        for p in self.objects:
+            if p in seen:
+                continue
+            seen.add(p)
+            chunk.append(p)
+            size += p.size
+            if (self.max_count is not None and len(chunk) >= self.max_count) or (
+                self.max_bytes is not None and size >= self.max_bytes
+            ):
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
+
+
+class Uploads:
+    """Uploads running on a pool, counted as they finish: one queue for every chunk of a
+    push, so no chunk waits for the last upload of the one before."""
+
+    def __init__(self, pool: Executor, progress: Progress | None = None) -> None:
+        self.pool, self.progress = pool, progress
+        self.running: dict[Future[bool], Pointer] = {}
+        self.sent = 0  # objects sent, of those finished
+
+    def start(self, pointer: Pointer, upload: Callable[..., bool], *args: object) -> None:
+        """Queue `upload(*args)`, which says whether it sent the object."""
+        self.running[self.pool.submit(upload, *args)] = pointer
+
+    def collect(self) -> None:
+        """Count the uploads done by now (a failure is raised)."""
+        for future in [f for f in self.running if f.done()]:
+            pointer = self.running.pop(future)
+            if future.result():
+                self.sent += 1
+                if self.progress:
+                    self.progress(pointer.size)
+
+    def finish(self) -> int:
+        """Wait for the rest; how many objects were sent."""
+        while self.running:
+            wait(self.running, return_when=FIRST_COMPLETED)
+            self.collect()
+        return self.sent
+
+
 def ahead(
     items: Iterator[T],
     fetch: Callable[[T], R],

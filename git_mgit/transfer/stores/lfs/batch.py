@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -78,26 +78,6 @@ class Answer:
     actions: dict[str, Action] = field(default_factory=dict)
     error: tuple[int, str] | None = None
     authenticated: bool = False  # the actions carry their own authorization
-
-
-def chunks(objects: Iterable[Pointer], max_bytes: int | None = None) -> Iterator[list[Pointer]]:
-    """`objects` without duplicates, in requests of at most MAX_OBJECTS, each cut once it
-    names `max_bytes` (when given), taken from `objects` only as each request fills: an
-    upload fed by hashing sends its first objects while the rest are hashed."""
-    seen: set[Pointer] = set()
-    chunk: list[Pointer] = []
-    size = 0
-    for p in objects:
-        if p in seen:
-            continue
-        seen.add(p)
-        chunk.append(p)
-        size += p.size
-        if len(chunk) == MAX_OBJECTS or (max_bytes is not None and size >= max_bytes):
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
 
 
 def request_body(operation: str, objects: Sequence[Pointer]) -> bytes:

@@ -18,9 +18,11 @@ from git_mgit.gitcmd import Repo
 from git_mgit.transfer.stores.blobs import (
     BlobStore,
     Body,
+    Chunks,
     Data,
     Pointer,
     Progress,
+    Uploads,
     sized,
     verified,
 )
@@ -95,7 +97,7 @@ class LfsStore(BlobStore):
     def missing(self, objects: Sequence[Pointer]) -> list[Pointer]:
         api = self._apis["download"]
         lacking = []
-        for chunk in batch.chunks([p for p in objects if p != _EMPTY]):
+        for chunk in Chunks([p for p in objects if p != _EMPTY], batch.MAX_OBJECTS):
             try:
                 answers = api.batch("download", chunk)
             except BatchRefused as exc:
@@ -120,36 +122,20 @@ class LfsStore(BlobStore):
         """One batch request per chunk as `objects` come; every upload the server asks for
         goes into one queue of `lfs.concurrenttransfers`, so no chunk waits for the last."""
         api = self._apis["upload"]
-        sent = 0
-        running: dict[Future[bool], Pointer] = {}
-
-        def finished() -> int:
-            """How many of the uploads done by now were sent (a failure is raised)."""
-            count = 0
-            for future in [f for f in running if f.done()]:
-                pointer = running.pop(future)
-                if future.result():
-                    count += 1
-                    if progress:
-                        progress(pointer.size)
-            return count
-
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="lfs-upload")
         try:
+            uploads = Uploads(pool, progress)
             wanted = (p for p in objects if p != _EMPTY)
-            for chunk in batch.chunks(wanted, _CHUNK_BYTES):
+            for chunk in Chunks(wanted, batch.MAX_OBJECTS, _CHUNK_BYTES):
                 for answer in api.batch("upload", chunk).values():
                     if answer.error:
                         raise batch.object_error(api.where, "upload", answer)
                     if "upload" in answer.actions:  # no action: the server holds it already
-                        running[pool.submit(self._upload_one, api, answer, read)] = answer.pointer
-                sent += finished()
-            while running:
-                wait(running, return_when=FIRST_COMPLETED)
-                sent += finished()
+                        uploads.start(answer.pointer, self._upload_one, api, answer, read)
+                uploads.collect()
+            return uploads.finish()
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # a failure stops what has not begun
-        return sent
 
     def _upload_one(self, api: BatchApi, answer: Answer, read: Callable[[Pointer], Body]) -> bool:
         pointer = answer.pointer
@@ -163,7 +149,7 @@ class LfsStore(BlobStore):
         if _EMPTY in wanted:
             wanted.remove(_EMPTY)
             yield _EMPTY, b""
-        chunks = batch.chunks(wanted)
+        chunks = iter(Chunks(wanted, batch.MAX_OBJECTS))
         queue: collections.deque[Answer] = collections.deque()
         running: dict[Future[Data], Pointer] = {}
         ahead = 0

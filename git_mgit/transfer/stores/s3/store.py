@@ -5,8 +5,9 @@
   keys); a listing stops once it costs more pages than the HEADs it replaces,
   and HEADs settle the rest. An object of the wrong size counts as missing, so
   an upload cut short is sent again.
-- upload(): asks missing() first, then `concurrency` PUTs at once; each object's
-  bytes are checked against its id before they leave. Objects up to 64 MiB
+- upload(): asks missing() about 64 MiB of objects at a time as the caller hashes
+  them, and keeps `concurrency` PUTs of what is missing going meanwhile; each
+  object's size is checked before it leaves. Objects up to 64 MiB
   (every git-mgit chunk) go in one PUT, larger ones as 16 MiB multipart parts.
 - download(): `concurrency` GETs at once, at most `_AHEAD_BYTES` ahead of the
   caller; each object is checked against its SHA-256 and size by the worker
@@ -21,7 +22,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,10 +32,12 @@ from git_mgit.transfer.stores.blobs import (
     BlobStore,
     BlobStoreError,
     Body,
+    Chunks,
     Data,
     Pieces,
     Pointer,
     Progress,
+    Uploads,
     ahead,
     sized,
     verified,
@@ -45,6 +48,8 @@ from git_mgit.transfer.stores.s3.location import S3Location
 
 _OID = re.compile(r"[0-9a-f]{64}")
 _SINGLE_PUT_MAX = 64 << 20
+_CHUNK_BYTES = 64 << 20  # an upload asks which of this much the bucket lacks, then sends it
+_MAX_CHUNK_BYTES = 16 << 30
 _PART = 16 << 20
 _PARTS_AT_ONCE = 4
 _AHEAD_BYTES = 256 << 20
@@ -179,16 +184,23 @@ class S3Store(BlobStore):
         read: Callable[[Pointer], Body],
         progress: Progress | None = None,
     ) -> int:
-        todo = self.missing(list(objects))
+        """missing() asked per chunk of `objects` as they come (the caller hashes them lazily),
+        every PUT in one queue: the first objects go while later ones are still hashed. A
+        chunk the bucket held whole makes the next one 4x larger, up to `_MAX_CHUNK_BYTES`,
+        so a push the bucket mostly holds lists shards instead of asking key by key."""
         with _pool(self.concurrency, "s3-upload") as pool:
-            futures = {pool.submit(self._put, p, read): p for p in todo}
-            for done in as_completed(futures):
-                done.result()
-                if progress:
-                    progress(futures[done].size)
-        return len(todo)
+            uploads = Uploads(pool, progress)
+            cut = Chunks(objects, max_bytes=_CHUNK_BYTES)
+            for chunk in cut:
+                todo = self.missing(chunk)
+                for pointer in todo:
+                    uploads.start(pointer, self._put, pointer, read)
+                grown = min(_MAX_CHUNK_BYTES, 4 * (cut.max_bytes or _CHUNK_BYTES))
+                cut.max_bytes = _CHUNK_BYTES if todo else grown
+                uploads.collect()
+            return uploads.finish()
 
-    def _put(self, pointer: Pointer, read: Callable[[Pointer], Body]) -> None:
+    def _put(self, pointer: Pointer, read: Callable[[Pointer], Body]) -> bool:
         import obstore
 
         data = sized(read, pointer, self.describe())
@@ -205,6 +217,7 @@ class S3Store(BlobStore):
             )
         except Exception as exc:
             raise self._error(f"upload of sha256:{pointer.oid[:12]}", exc) from None
+        return True
 
     # -- download -----------------------------------------------------------------------
 

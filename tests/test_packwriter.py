@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from git_mgit.store import packwriter
+from git_mgit.store import anchors, packwriter
 from git_mgit.store.gitobjects import DIR_MODE, commit_body, object_id, tree_body
 from git_mgit.store.packwriter import PackWriter, encode_idx, entry_header
 from tests.gitsandbox import init_repo, run_git
@@ -155,6 +155,48 @@ def test_duplicates_are_stored_once(repo: Path) -> None:
     assert len(verify_pack_objects(repo, path)) == 5  # 3 blobs, tree, commit
     assert cat(repo, a) == big and cat(repo, c) == b"after the duplicates"
     assert_fsck_clean(repo)
+
+
+@pytest.mark.parametrize("off_by", [0, 1, -1])
+def test_a_pack_told_its_count_is_hashed_as_written_and_a_wrong_count_still_holds(
+    repo: Path, off_by: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Told how many objects it will hold, the writer hashes the pack and its CRC32s while
+    writing (a duplicate, dropped, leaves no trace in them); told wrongly, it re-reads."""
+    rereads = []
+    reread = PackWriter._digest_and_crcs
+    monkeypatch.setattr(
+        PackWriter, "_digest_and_crcs", lambda self: rereads.append(1) or reread(self)
+    )
+    rng = random.Random(7)
+    blobs = [rng.randbytes(n) for n in (0, 1, 65535, 65536, packwriter.THREAD_MIN + 9, 3 * MiB)]
+    with PackWriter(objects_dir(repo), expected=len(blobs) + 2 + off_by) as pack:
+        oids = []
+        for b in blobs:
+            oids.append(pack.add("blob", [b]))
+            assert pack.add("blob", [b[:1], b[1:]]) == oids[-1]  # a duplicate of each
+        commit = anchor(pack, oids)
+        path = pack.finish()
+    assert path is not None
+    assert rereads == ([] if off_by == 0 else [1])
+    run_git("update-ref", "refs/heads/main", commit, cwd=repo)
+    assert path.name == f"pack-{path.read_bytes()[-20:].hex()}.pack"
+    objs = verify_pack_objects(repo, path)  # every CRC32 and the trailer, checked by git
+    assert len(objs) == len(blobs) + 2
+    for oid, data in zip(oids, blobs, strict=True):
+        assert cat(repo, oid) == data
+    assert_fsck_clean(repo)
+
+
+@pytest.mark.parametrize("chunks", [0, 1, 3, 300, 5000])
+def test_anchor_size_counts_the_objects_an_anchor_adds(repo: Path, chunks: int) -> None:
+    """What a download tells its pack to expect: the anchor's trees and commit, exactly."""
+    rng = random.Random(chunks)
+    filed = [(rng.randbytes(32), rng.randbytes(20)) for _ in range(chunks)]
+    with PackWriter(objects_dir(repo)) as pack:
+        anchors.write_anchor(pack, filed)
+        assert len(pack) == anchors.anchor_size(h for h, _ in filed)
+        pack.abort()
 
 
 def test_gc_keeps_referenced_objects_and_drops_unreferenced(repo: Path) -> None:

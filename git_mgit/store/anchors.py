@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from git_mgit.gitcmd import Repo
 from git_mgit.store.gitobjects import commit_body, tree_body
@@ -62,6 +62,13 @@ def write_anchor(
             )
         ],
     ).hex()
+
+
+def anchor_size(content_hashes: Iterable[bytes]) -> int:
+    """How many objects write_anchor() adds for these chunks: its fan-out trees (one per
+    first byte, one per first two bytes), the root tree and the commit."""
+    hexes = {h.hex() for h in content_hashes}
+    return len({h[:2] for h in hexes}) + len({h[:4] for h in hexes}) + 2
 
 
 def commit_objects(

@@ -8,13 +8,16 @@ pwritev. There are no git deltas: payloads are compressed already, often as
 tensor deltas.
 
 SHA-1 (~2 GB/s) is the bottleneck and must run twice over the payload: once
-for the object id in add(), and once for the pack trailer in finish(),
-because the pack header holds the object count, which only finish() knows;
-end to end throughput cannot exceed half the SHA-1 speed (~1 GB/s here).
-Everything else is arranged around those two passes on the second core:
-add() writes and computes adler32 while a worker hashes the object id;
-finish() re-reads the pack from page cache on a worker that also computes the
-entries' CRC32 for the idx, while the kernel writes the pack back to disk.
+for the object id in add(), and once for the pack trailer. The pack header
+holds the object count, which in general only finish() knows, so the trailer
+is computed there: finish() re-reads the pack from page cache on a worker
+that also computes the entries' CRC32 for the idx, while the kernel writes
+the pack back to disk; add() writes and computes adler32 while a worker
+hashes the object id. End to end throughput cannot exceed half the SHA-1
+speed (~1 GB/s here). A writer told how many objects it will hold (a
+download: so many objects and their anchor) hashes the pack and the CRC32s
+as it writes instead, so finish() has nothing left to read; a different
+count at finish() falls back to the re-read.
 Writeback starts as the pack grows (an fdatasync on a worker every
 WRITEBACK bytes, one at a time), so the disk works while objects are still
 being encoded and the fsync at finish() has only the tail to wait for.
@@ -107,7 +110,8 @@ class PackWriter:
     Not thread-safe: one writer per batch, used from one thread.
     """
 
-    def __init__(self, objects_dir: Path) -> None:
+    def __init__(self, objects_dir: Path, expected: int | None = None) -> None:
+        """`expected`: how many objects the pack will hold, when known before the first."""
         self._dir = Path(objects_dir) / "pack"
         self._dir.mkdir(exist_ok=True)  # objects_dir itself must exist: a wrong path fails loudly
         fd, name = tempfile.mkstemp(prefix="tmp_pack_", dir=self._dir)
@@ -119,8 +123,13 @@ class PackWriter:
         self._pool: ThreadPoolExecutor | None = None
         self._writeback: Future[None] | None = None
         self._written_back = 0  # where the last writeback started
+        header = b"PACK" + struct.pack(">II", 2, expected or 0)
+        self._expected = expected
+        # the trailer and CRC32s as entries are written, where the count is known up front
+        self._stream = hashlib.sha1(header) if expected else None
+        self._crcs: list[int] = []
         try:
-            self._pwritev([b"PACK" + struct.pack(">II", 2, 0)], 0)
+            self._pwritev([header], 0)
         except BaseException:
             self.abort()
             raise
@@ -158,25 +167,29 @@ class PackWriter:
         size = sum(v.nbytes for v in views)
         hasher = hashlib.sha1(object_header(kind, size))
         start = self._end
+        stream = None if self._stream is None else self._stream.copy()  # kept: a dropped entry
         hashing: Future[None] | None = None
         if size >= THREAD_MIN:
             hashing = self._worker().submit(_hash_all, hasher, views)
         else:
             _hash_all(hasher, views)
         try:
-            end = self._write_entry(PACK_TYPES[kind], size, views, start)
+            end, crc = self._write_entry(PACK_TYPES[kind], size, views, start)
             if hashing is not None:
                 hashing.result()
         except BaseException:
             if hashing is not None:
                 wait([hashing])  # it still reads the caller's buffers
             os.ftruncate(fd, start)
+            self._stream = stream
             raise
         oid = hasher.digest()
         if oid in self._entries:
             os.ftruncate(fd, start)  # checking after writing keeps the payload to one pass
+            self._stream = stream
         else:
             self._entries[oid] = (start, end)
+            self._crcs.append(crc)
             self._end = end
             self._start_writeback(fd)
         return oid
@@ -193,9 +206,10 @@ class PackWriter:
 
     def _write_entry(
         self, type_code: int, size: int, views: Sequence[memoryview], offset: int
-    ) -> int:
-        """Write the entry (header, zlib stream of stored blocks) at offset; returns its end."""
-        adler = 1
+    ) -> tuple[int, int]:
+        """Write the entry (header, zlib stream of stored blocks) at offset; returns its end
+        and, where the pack is hashed as it is written, the entry's CRC32 (else 0)."""
+        adler, crc = 1, 0
         iov: list[bytes | memoryview] = [entry_header(type_code, size) + ZLIB_HEADER]
         parts = [v for v in views if v.nbytes]
         if not parts:
@@ -209,10 +223,20 @@ class PackWriter:
                     block = window[b : b + BLOCK]
                     final = last_part and w + b + BLOCK >= part.nbytes
                     iov += (_stored_block_header(final, block.nbytes), block)
+                crc = self._hashed(iov, crc)
                 offset = self._pwritev(iov, offset)
                 iov = []
         iov.append(struct.pack(">I", adler))
-        return self._pwritev(iov, offset)
+        crc = self._hashed(iov, crc)
+        return self._pwritev(iov, offset), crc
+
+    def _hashed(self, bufs: Sequence[bytes | memoryview], crc: int) -> int:
+        """Fold bufs, about to be written, into the pack's running SHA-1; their CRC32."""
+        if self._stream is not None:
+            for b in bufs:
+                self._stream.update(b)
+                crc = zlib.crc32(b, crc)
+        return crc
 
     def _pwritev(self, bufs: list[bytes | memoryview], offset: int) -> int:
         """Write all of bufs at offset (retrying short writes); returns the end offset."""
@@ -276,12 +300,17 @@ class PackWriter:
             return None
         fd = self._open_fd()
         try:
-            self._pwritev([struct.pack(">I", len(self._entries))], 8)
+            stream = self._stream if len(self._entries) == self._expected else None
+            if stream is None:  # the header's count was a guess, or none: hash the pack now
+                self._pwritev([struct.pack(">I", len(self._entries))], 8)
             # Start writeback now: it overlaps with hashing, and the fsync below only has the tail.
             if self._writeback is not None:
                 self._writeback.result()
             syncing = self._worker().submit(_DATASYNC, fd)
-            digest, crcs = self._digest_and_crcs()
+            if stream is not None:
+                digest, crcs = stream.digest(), self._crcs
+            else:
+                digest, crcs = self._digest_and_crcs()
             syncing.result()
             self._pwritev([digest], self._end)
             os.fsync(fd)

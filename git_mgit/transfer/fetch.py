@@ -27,8 +27,9 @@ from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects, anchor_tips
 from git_mgit.transfer import notes
 from git_mgit.transfer.local import LocalCopy, local_git_dir
 from git_mgit.transfer.remotes import RemoteUnreachable, candidates, list_versions, transfer
-from git_mgit.transfer.stores import pointers
+from git_mgit.transfer.stores import pointers, registry
 from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.choice import RECORD_REF
 from git_mgit.transfer.versions import Published, VersionRef
 
 _ROUNDS = 3  # a ref re-published between our listing and our fetch: list again
@@ -131,7 +132,9 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
     notes_ref = notes.remote_notes_ref(remote)
     source = local_git_dir(repo, remote)
     for attempt in range(_ROUNDS):
-        listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*", notes.NOTES_REF)
+        listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*", notes.NOTES_REF, RECORD_REF)
+        if attempt == 0 and RECORD_REF in listing:
+            registry.warm_up()  # pushed to a blob store: its client, while git fetches
         published = Published.from_listing(listing)
         local = anchor_tips(repo)
         closure = published.closure(wanted, here)

@@ -111,7 +111,7 @@ class LocalCopy:
         packs = PackReader(self.source / "objects")
         reader = ObjectReader(self.source, env_for(self.source))
         try:
-            with PackWriter(self.repo.objects_dir) as pack:
+            with PackWriter(self.repo.objects_dir, expected=len(self.missing)) as pack:
                 for oid in self.missing:
                     kind = self.kinds[oid]
                     data = packs.read(oid) if kind == "blob" else None

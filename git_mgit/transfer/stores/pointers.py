@@ -199,7 +199,9 @@ def _download(repo: Repo, blobs: BlobStore, wanted: dict[Pointer, list[bytes]]) 
     progress = Progress(
         f"git-mgit: downloading from {blobs.describe()}", sum(p.size for p in wanted)
     )
-    with PackWriter(repo.objects_dir) as pack:
+    # told its count (every object and their anchor), the pack is hashed as it is written
+    count = len(wanted) + anchors.anchor_size(h for hs in wanted.values() for h in hs)
+    with PackWriter(repo.objects_dir, expected=count) as pack:
         try:
             for p, data in blobs.download(sorted(wanted), progress.update):
                 oid = pack.add("blob", [data])

@@ -9,6 +9,7 @@ from a proxy in front of the server are retried until the bytes arrive whole.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import subprocess
@@ -338,6 +339,61 @@ def test_an_object_body_is_read_whole_or_found_short_or_long() -> None:
         server.shutdown()
         server.server_close()
         pool.clear()
+
+
+@pytest.mark.parametrize("sizes", [[65535] * 70 + [17], [3, 5 * MiB, 65535, 4 * MiB, 1, 0]])
+def test_pieces_come_out_in_runs_of_the_same_bytes(sizes: list[int]) -> None:
+    """Pieces are hashed and sent in runs of about 4 MiB (copies of small pieces, large
+    ones as they are), the same bytes in the same order, afresh at every iteration."""
+    data = os.urandom(sum(sizes))
+    cuts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    pieces = Pieces([memoryview(data)[a:b] for a, b in itertools.pairwise(cuts)])
+    for _ in range(2):
+        runs = [bytes(run) for run in pieces]
+        assert b"".join(runs) == data
+        assert all(len(run) <= 4 * MiB or len(run) in sizes for run in runs)
+        assert len(runs) <= 2 * (len(data) // (4 * MiB)) + 3
+    assert Pointer.of(pieces) == Pointer.of(data)
+
+
+def test_a_pieces_body_is_sent_whole_again_after_a_redirect(tmp_path: Path) -> None:
+    """A PUT's body is sent again to where a 307 points, every byte of it."""
+    data = os.urandom(9 * MiB + 5)
+    got: list[bytes] = []
+
+    class Serve(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_PUT(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path == "/first":
+                self.send_response(307)
+                self.send_header("Location", "/second")
+            else:
+                got.append(body)
+                self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Serve)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts())
+    view = memoryview(data)
+    pieces = Pieces([view[i : i + 65535] for i in range(0, len(data), 65535)])
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/first"
+        headers = {"Content-Length": str(len(data))}
+        response = http.send("PUT", url, headers=headers, body=pieces)
+        assert response.status == 200
+        response.drain_conn()
+        assert got == [data]
+    finally:
+        server.shutdown()
+        server.server_close()
+        http.close()
 
 
 def test_a_missing_object_is_named(lfs_server: LfsServer, lfs_repo: Path) -> None:

@@ -128,6 +128,7 @@ class PackWriter:
         # the trailer and CRC32s as entries are written, where the count is known up front
         self._stream = hashlib.sha1(header) if expected else None
         self._crcs: list[int] = []
+        self._joined = bytearray()  # one window's entry bytes, where they are hashed here
         try:
             self._pwritev([header], 0)
         except BaseException:
@@ -223,20 +224,33 @@ class PackWriter:
                     block = window[b : b + BLOCK]
                     final = last_part and w + b + BLOCK >= part.nbytes
                     iov += (_stored_block_header(final, block.nbytes), block)
-                crc = self._hashed(iov, crc)
+                iov, crc = self._hashed(iov, crc)
                 offset = self._pwritev(iov, offset)
                 iov = []
         iov.append(struct.pack(">I", adler))
-        crc = self._hashed(iov, crc)
+        iov, crc = self._hashed(iov, crc)
         return self._pwritev(iov, offset), crc
 
-    def _hashed(self, bufs: Sequence[bytes | memoryview], crc: int) -> int:
-        """Fold bufs, about to be written, into the pack's running SHA-1; their CRC32."""
-        if self._stream is not None:
-            for b in bufs:
-                self._stream.update(b)
-                crc = zlib.crc32(b, crc)
-        return crc
+    def _hashed(
+        self, bufs: list[bytes | memoryview], crc: int
+    ) -> tuple[list[bytes | memoryview], int]:
+        """What to write for bufs, and their CRC32, where the pack is hashed as it is
+        written: bufs copied into one buffer, hashed and written at once. A hash call per
+        64 KiB block lets go of the GIL at every block, and a thread doing that beside
+        threads running Python waits its turn each time (54 MiB in 64 KiB calls: 53 ms
+        alone, 15 s beside two threads counting in Python; in 4 MiB calls, 0.38 s)."""
+        if self._stream is None:
+            return bufs, crc
+        size = sum(len(b) for b in bufs)  # bytes, or views cast to bytes
+        if size > len(self._joined):
+            self._joined = bytearray(size)
+        out = memoryview(self._joined)[:size]
+        at = 0
+        for b in bufs:
+            out[at : at + len(b)] = b
+            at += len(b)
+        self._stream.update(out)
+        return [out], zlib.crc32(out, crc)
 
     def _pwritev(self, bufs: list[bytes | memoryview], offset: int) -> int:
         """Write all of bufs at offset (retrying short writes); returns the end offset."""

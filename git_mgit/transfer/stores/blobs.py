@@ -24,6 +24,7 @@ Progress = Callable[[int], None]  # called with bytes moved since the last call
 Data = bytes | memoryview
 T = TypeVar("T")
 R = TypeVar("R")
+RUN = 4 << 20  # bytes hashed or sent in one call (Pieces.runs)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,32 @@ class Pieces:
         """One buffer, for clients that take nothing else."""
         return b"".join(self.views)
 
+    def __iter__(self) -> Iterator[memoryview]:
+        """Its runs, afresh each time: an HTTP client sends a body again after a redirect or
+        a 401."""
+        return self.runs()
+
+    def runs(self, size: int = RUN) -> Iterator[memoryview]:
+        """The bytes in order as views of about `size` bytes: the pieces (64 KiB each out of
+        a pack) copied into one reused buffer, a piece of `size` or more as it is. Hashing
+        or sending 64 KiB at a time lets go of the GIL at every piece, and a thread doing
+        that beside threads running Python waits its turn each time (54 MiB: 53 ms alone,
+        15 s beside two threads counting in Python; in 4 MiB runs, 0.38 s). Each view is
+        valid until the next is taken."""
+        buffer = memoryview(bytearray(size))
+        filled = 0
+        for view in self.views:
+            if filled and filled + view.nbytes > size:
+                yield buffer[:filled]
+                filled = 0
+            if view.nbytes >= size:
+                yield view
+                continue
+            buffer[filled : filled + view.nbytes] = view
+            filled += view.nbytes
+        if filled:
+            yield buffer[:filled]
+
 
 Body = Data | Pieces  # what upload()'s `read` returns
 
@@ -54,7 +81,7 @@ class Pointer:
     @classmethod
     def of(cls, data: bytes | bytearray | memoryview | Pieces) -> Pointer:
         h = hashlib.sha256()
-        for view in data.views if isinstance(data, Pieces) else [data]:
+        for view in data.runs() if isinstance(data, Pieces) else [data]:
             h.update(view)
         return cls(h.hexdigest(), len(data))
 

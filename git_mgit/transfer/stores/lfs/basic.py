@@ -63,18 +63,16 @@ def upload(api: BatchApi, answer: Answer, data: Body) -> bool:
     """PUT the object where the server said, then verify; False if it turned out to be there."""
     actions = _Actions(api, "upload", answer)
     pointer = answer.pointer
-    # Pieces go out one sendall each, framed by Content-Length (urllib3 would chunk a list).
-    payload = list(data.views) if isinstance(data, Pieces) else data
 
     def put() -> bool:
         action = actions.get("upload")
         if action is None:
             return False  # renewed: the server has it now
         headers = {"Content-Type": "application/octet-stream", **action.header}
-        if isinstance(payload, list):
+        if isinstance(data, Pieces):  # sent as its runs, framed by Content-Length (not chunked)
             headers["Content-Length"] = str(len(data))
         response = api.http.send(
-            "PUT", action.href, headers=headers, body=payload, cred_url=actions.cred_url(action)
+            "PUT", action.href, headers=headers, body=data, cred_url=actions.cred_url(action)
         )
         body = read_body(response, action.href)
         if 200 <= response.status < 300:

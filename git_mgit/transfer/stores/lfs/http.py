@@ -23,7 +23,7 @@ from urllib.parse import urljoin, urlsplit
 import urllib3
 from urllib3.exceptions import HTTPError, SSLError
 
-from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.blobs import BlobStoreError, Body
 from git_mgit.transfer.stores.lfs.auth import Access
 from git_mgit.transfer.stores.lfs.creds import Credential
 from git_mgit.transfer.stores.lfs.policy import may_send_credentials, origin, redact
@@ -63,7 +63,7 @@ class Http:
         url: str,
         *,
         headers: dict[str, str],
-        body: bytes | memoryview | list[memoryview] | None = None,
+        body: Body | None = None,
         cred_url: str | None = None,
     ) -> urllib3.BaseHTTPResponse:
         """The final response (body unread; the caller reads and releases it).
@@ -119,7 +119,7 @@ class Http:
         method: str,
         url: str,
         headers: dict[str, str],
-        body: bytes | memoryview | list[memoryview] | None,
+        body: Body | None,
     ) -> urllib3.BaseHTTPResponse:
         if _has_auth(headers) and not may_send_credentials(url):
             raise BlobStoreError(

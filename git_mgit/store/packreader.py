@@ -177,7 +177,9 @@ class PackReader:
         if found is None:
             return None
         pack, offset = found
-        blob = _open_stored_blob(pack.fd, offset)
+        with self._lock:
+            mapped = pack.mapped()
+        blob = _open_stored_blob(pack.fd, mapped, offset)
         return None if blob is None else (pack, blob)
 
     def read(self, oid: str) -> bytearray | None:
@@ -219,9 +221,15 @@ class PackReader:
             self._packs.clear()
 
 
-def _open_stored_blob(fd: int, offset: int) -> StoredBlob | None:
-    """Index the blob entry at offset if its zlib stream is stored blocks only, else None."""
-    peek = os.pread(fd, _ENTRY_PEEK, offset)
+def _open_stored_blob(fd: int, mapped: memoryview, offset: int) -> StoredBlob | None:
+    """Index the blob entry at offset if its zlib stream is stored blocks only, else None.
+
+    The block headers (one every 64 KiB) are read from the pack's mapping, not with a pread
+    each: a pread lets go of the GIL, and a thread doing that beside threads running Python
+    waits its turn each time (the 203 blobs of an 851 MiB pack: 15 ms alone, 18 s beside
+    two threads counting in Python).
+    """
+    peek = bytes(mapped[offset : offset + _ENTRY_PEEK])
     if not peek:
         return None
     byte = peek[0]
@@ -246,7 +254,7 @@ def _open_stored_blob(fd: int, offset: int) -> StoredBlob | None:
     starts, positions = [], []
     pos, got = offset + i + 2, 0
     while True:
-        header = os.pread(fd, _STORED_HEADER, pos)
+        header = mapped[pos : pos + _STORED_HEADER]
         if len(header) != _STORED_HEADER:
             return None
         btype, final = (header[0] >> 1) & 3, header[0] & 1

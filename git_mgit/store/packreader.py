@@ -5,7 +5,7 @@ inflated by git, copied through a pipe and copied again into our buffer: about
 450 MB/s, on the checkout's critical path and competing with git for the CPU.
 Our pack writer stores payloads as zlib *stored* blocks, and git keeps them so
 when it repacks or sends them (it reuses pack data). Opening such a blob walks
-its block headers once (one 5-byte pread per 64 KiB block) and keeps where
+its block headers once (from the pack's mapping: 5 bytes per 64 KiB block) and keeps where
 each block's bytes lie; after that any byte range is one preadv straight into
 the caller's buffer, so a decoder can fetch just the frames it needs, and the
 whole blob is also a list of views into the mapped pack (pieces): hashing and

@@ -5,7 +5,7 @@ inflated by git, copied through a pipe and copied again into our buffer: about
 450 MB/s, on the checkout's critical path and competing with git for the CPU.
 Our pack writer stores payloads as zlib *stored* blocks, and git keeps them so
 when it repacks or sends them (it reuses pack data). Opening such a blob walks
-its block headers once (from the pack's mapping: 5 bytes per 64 KiB block) and keeps where
+its block headers once (through a mapping: 5 bytes per 64 KiB block) and keeps where
 each block's bytes lie; after that any byte range is one preadv straight into
 the caller's buffer, so a decoder can fetch just the frames it needs, and the
 whole blob is also a list of views into the mapped pack (pieces): hashing and
@@ -32,6 +32,7 @@ _FANOUT = 8
 _NAMES = _FANOUT + 256 * 4
 _OBJ_BLOB = 3
 _STORED_HEADER = 5  # BFINAL/BTYPE byte (byte-aligned in a run of stored blocks), LEN, NLEN
+_FAULT_AROUND = 64 << 10  # Linux's fault_around_bytes: a read fault maps this much
 _ENTRY_PEEK = 32  # entry header (type, size varint) plus the 2-byte zlib header
 IOV_BATCH = 1024  # iovecs per preadv (Linux's UIO_MAXIOV)
 
@@ -48,14 +49,23 @@ class _Pack:
         self._fanout = struct.unpack_from(">256I", self._idx, _FANOUT)
         self._count = self._fanout[255]
         self.fd = os.open(idx_path.with_suffix(".pack"), os.O_RDONLY)
+        self._mmap: mmap.mmap | None = None
         self._map: memoryview | None = None
 
     def mapped(self) -> memoryview:
         """The whole pack, mapped read-only (once; packs never change). Views of it keep the
         mapping alive after close()."""
         if self._map is None:
-            self._map = memoryview(mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ))
+            self._mmap = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+            self._map = memoryview(self._mmap)
         return self._map
+
+    def forget(self, start: int, end: int) -> None:
+        """Let the mapping's pages in [start, end) go from this process's memory: the file's
+        bytes stay in the page cache, and a later read maps them again."""
+        start = max(0, start - start % mmap.PAGESIZE)
+        if self._mmap is not None and hasattr(mmap, "MADV_DONTNEED") and end > start:
+            self._mmap.madvise(mmap.MADV_DONTNEED, start, min(end, len(self._mmap)) - start)
 
     def offset(self, oid: bytes) -> int | None:
         lo = self._fanout[oid[0] - 1] if oid[0] else 0
@@ -179,8 +189,10 @@ class PackReader:
         pack, offset = found
         with self._lock:
             mapped = pack.mapped()
-        blob = _open_stored_blob(pack.fd, mapped, offset)
-        return None if blob is None else (pack, blob)
+        found, end = _stored_blocks(mapped, offset)
+        # what reading the headers mapped in: the kernel maps the 64 KiB around each fault
+        pack.forget(offset - _FAULT_AROUND, end + _FAULT_AROUND)
+        return None if found is None else (pack, StoredBlob(pack.fd, *found))
 
     def read(self, oid: str) -> bytearray | None:
         """The whole blob, or None when it is not a stored-block blob in a known pack."""
@@ -221,24 +233,28 @@ class PackReader:
             self._packs.clear()
 
 
-def _open_stored_blob(fd: int, mapped: memoryview, offset: int) -> StoredBlob | None:
-    """Index the blob entry at offset if its zlib stream is stored blocks only, else None.
+def _stored_blocks(
+    data: memoryview, at: int
+) -> tuple[tuple[int, list[int], list[int]] | None, int]:
+    """(size, where each block's bytes start in the blob, where they lie in `data`) of the
+    blob entry at `at` if its zlib stream is stored blocks only, else None; and how far
+    into `data` it read.
 
-    The block headers (one every 64 KiB) are read from the pack's mapping, not with a pread
-    each: a pread lets go of the GIL, and a thread doing that beside threads running Python
-    waits its turn each time (the 203 blobs of an 851 MiB pack: 15 ms alone, 18 s beside
-    two threads counting in Python).
+    The block headers (one every 64 KiB) are read through the pack's mapping, not with a
+    pread each: a pread lets go of the GIL, and a thread doing that beside threads
+    running Python waits its turn each time (the 203 blobs of an 851 MiB pack: 15 ms
+    alone, 18 s beside two threads counting in Python).
     """
-    peek = bytes(mapped[offset : offset + _ENTRY_PEEK])
+    peek = bytes(data[at : at + _ENTRY_PEEK])
     if not peek:
-        return None
+        return None, at
     byte = peek[0]
     if (byte >> 4) & 7 != _OBJ_BLOB:
-        return None  # a delta or another kind of object: git resolves those
+        return None, at + len(peek)  # a delta or another kind: git resolves those
     size, shift, i = byte & 0x0F, 4, 1
     while byte & 0x80:
         if i >= len(peek):
-            return None
+            return None, at + len(peek)
         byte = peek[i]
         size |= (byte & 0x7F) << shift
         shift += 7
@@ -250,17 +266,17 @@ def _open_stored_blob(fd: int, mapped: memoryview, offset: int) -> StoredBlob | 
         or cmf_flg[1] & 0x20
         or int.from_bytes(cmf_flg, "big") % 31
     ):
-        return None
+        return None, at + len(peek)
     starts, positions = [], []
-    pos, got = offset + i + 2, 0
+    pos, got = at + i + 2, 0
     while True:
-        header = mapped[pos : pos + _STORED_HEADER]
+        header = data[pos : pos + _STORED_HEADER]
         if len(header) != _STORED_HEADER:
-            return None
+            return None, pos
         btype, final = (header[0] >> 1) & 3, header[0] & 1
         length, nlength = struct.unpack_from("<HH", header, 1)
         if btype != 0 or length ^ nlength != 0xFFFF or got + length > size:
-            return None
+            return None, pos + _STORED_HEADER
         if length:
             starts.append(got)
             positions.append(pos + _STORED_HEADER)
@@ -268,7 +284,7 @@ def _open_stored_blob(fd: int, mapped: memoryview, offset: int) -> StoredBlob | 
         pos += _STORED_HEADER + length
         if final:
             break
-    return StoredBlob(fd, size, starts, positions) if got == size else None
+    return ((size, starts, positions) if got == size else None), pos
 
 
 def _pread_into(fd: int, bufs: list, offset: int) -> int:

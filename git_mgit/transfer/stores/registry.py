@@ -47,16 +47,18 @@ def blob_store(repo: Repo, remote: str, url: str) -> BlobStore:
 
 
 # The blob stores' clients: LFS's urllib3 and http.client take ~70 ms to import, obstore ~30.
-_CLIENTS = ("git_mgit.transfer.stores.lfs.store", "obstore.store")
+_CLIENTS = {LFS: "git_mgit.transfer.stores.lfs.store", S3: "obstore.store"}
 
 
-def warm_up() -> None:
-    """Import the blob stores' clients on a thread of their own, for a fetch that will
-    likely need one: it waits on the network meanwhile, and blob_store() then finds them
-    imported (or waits for the import under way: Python's import locks see to it)."""
+def warm_up(*kinds: str) -> None:
+    """Import the clients of these blob stores (all, if none named) on a thread of their
+    own, for a transfer that will likely need one: it waits on the network or encodes
+    meanwhile, and blob_store() then finds them imported (or waits for the import under
+    way: Python's import locks see to it)."""
+    names = [_CLIENTS[k] for k in kinds if k in _CLIENTS] if kinds else list(_CLIENTS.values())
 
     def load() -> None:
-        for name in _CLIENTS:
+        for name in names:
             with contextlib.suppress(ImportError):  # said where it is needed, if it is
                 importlib.import_module(name)
 

@@ -163,12 +163,12 @@ class PackReader:
 
     def open(self, oid: str) -> StoredBlob | None:
         """Random access to a stored-block blob in a known pack; None for anything else."""
-        found = self._locate(oid)
+        found = self._locate(oid, keep_mapped=False)
         return None if found is None else found[1]
 
     def pieces(self, oid: str) -> list[memoryview] | None:
         """The whole blob as views of its mapped pack (no copy); None as for open()."""
-        found = self._locate(oid)
+        found = self._locate(oid, keep_mapped=True)  # the caller reads what was mapped
         if found is None:
             return None
         pack, blob = found
@@ -176,7 +176,9 @@ class PackReader:
             mapped = pack.mapped()
         return blob.pieces(mapped)
 
-    def _locate(self, oid: str) -> tuple[_Pack, StoredBlob] | None:
+    def _locate(self, oid: str, keep_mapped: bool) -> tuple[_Pack, StoredBlob] | None:
+        """The blob's pack and block map; `keep_mapped`: leave the pages reading its
+        headers mapped in (else they are let go: they count as this process's memory)."""
         if not self.enabled or len(oid) != 40:
             return None
         try:
@@ -190,8 +192,8 @@ class PackReader:
         with self._lock:
             mapped = pack.mapped()
         found, end = _stored_blocks(mapped, offset)
-        # what reading the headers mapped in: the kernel maps the 64 KiB around each fault
-        pack.forget(offset - _FAULT_AROUND, end + _FAULT_AROUND)
+        if not keep_mapped:  # the kernel maps the 64 KiB around each fault
+            pack.forget(offset - _FAULT_AROUND, end + _FAULT_AROUND)
         return None if found is None else (pack, StoredBlob(pack.fd, *found))
 
     def read(self, oid: str) -> bytearray | None:

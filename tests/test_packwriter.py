@@ -188,6 +188,68 @@ def test_a_pack_told_its_count_is_hashed_as_written_and_a_wrong_count_still_hold
     assert_fsck_clean(repo)
 
 
+def test_entries_built_on_threads_make_the_pack_add_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`built` frames entries on the codec pool; appended to a pack told its count, they
+    give byte for byte the pack and idx that add() writes from the caller's buffers, and a
+    write that fails leaves the pack's hash as it was (the next entries still verify)."""
+    rng = random.Random(11)
+    sizes = (0, 1, 65534, 65535, 65536, packwriter.WINDOW + 1, packwriter.THREAD_MIN + 3, 5 * MiB)
+    blobs = [rng.randbytes(n) for n in sizes]
+    one, two = init_repo(tmp_path / "one"), init_repo(tmp_path / "two")
+    with PackWriter(objects_dir(one)) as pack:
+        oids = [pack.add("blob", [b]) for b in blobs]
+        commit = anchor(pack, oids)
+        by_add = pack.finish()
+    assert by_add is not None
+
+    failed = []
+    write = PackWriter._pwritev
+
+    def fail_once(self: PackWriter, bufs: list, offset: int) -> int:
+        if not failed and sum(len(b) for b in bufs) > packwriter.THREAD_MIN:
+            failed.append(offset)
+            write(self, [bufs[0][:1000]], offset)  # a torn write, then the failure
+            raise OSError("disk full")
+        return write(self, bufs, offset)
+
+    with PackWriter(objects_dir(two), expected=len(blobs) + 2) as pack:
+        tagged = [(i, "blob", b) for i, b in enumerate(blobs)] + [(-1, "blob", blobs[3])]
+        got = {}
+        for i, entry in packwriter.built(tagged):
+            if i == 6 and not failed:
+                monkeypatch.setattr(PackWriter, "_pwritev", fail_once)
+                with pytest.raises(OSError, match="disk full"):
+                    pack.add_entry(entry)
+                monkeypatch.setattr(PackWriter, "_pwritev", write)
+            got[i] = pack.add_entry(entry)
+        assert [got[i] for i in range(len(blobs))] == oids and got[-1] == oids[3]
+        assert anchor(pack, oids) == commit
+        by_entries = pack.finish()
+    assert failed and by_entries is not None and by_entries.name == by_add.name
+    assert by_entries.read_bytes() == by_add.read_bytes()
+    assert by_entries.with_suffix(".idx").read_bytes() == by_add.with_suffix(".idx").read_bytes()
+    run_git("update-ref", "refs/heads/main", commit, cwd=two)
+    assert len(verify_pack_objects(two, by_entries)) == len(blobs) + 2
+    assert_fsck_clean(two)
+
+
+def test_built_gives_every_entry_read_before_a_failure_then_raises_it() -> None:
+    """A download cut off keeps what it verified: the entries framed ahead still come."""
+
+    def cut_off():
+        for i in range(5):
+            yield i, "blob", b"%d" % i * (i + 1) * 1000
+        raise ConnectionError("cut off")
+
+    got = []
+    with pytest.raises(ConnectionError, match="cut off"):
+        for i, entry in packwriter.built(cut_off()):
+            got.append((i, entry.oid))
+    assert got == [(i, object_id("blob", [b"%d" % i * (i + 1) * 1000])) for i in range(5)]
+
+
 @pytest.mark.parametrize("chunks", [0, 1, 3, 300, 5000])
 def test_anchor_size_counts_the_objects_an_anchor_adds(repo: Path, chunks: int) -> None:
     """What a download tells its pack to expect: the anchor's trees and commit, exactly."""

@@ -17,7 +17,11 @@ hashes the object id. End to end throughput cannot exceed half the SHA-1
 speed (~1 GB/s here). A writer told how many objects it will hold (a
 download: so many objects and their anchor) hashes the pack and the CRC32s
 as it writes instead, so finish() has nothing left to read; a different
-count at finish() falls back to the re-read.
+count at finish() falls back to the re-read. Its entries are built whole
+(`frame`: framed in one buffer, with the object id, adler32 and CRC32), by
+`built` on git-mgit's cores while the writer's thread hashes and appends
+the ones before: framing and three hashes in one thread held a 1 GiB
+download to that thread's speed.
 Writeback starts as the pack grows (an fdatasync on a worker every
 WRITEBACK bytes, one at a time), so the disk works while objects are still
 being encoded and the fsync at finish() has only the tail to wait for.
@@ -25,15 +29,18 @@ being encoded and the fsync at finish() has only the tail to wait for.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import struct
 import tempfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 from git_mgit.store.gitobjects import Part, byte_view, object_header
 
@@ -47,6 +54,7 @@ READ_BLOCK = 8 << 20
 WRITEBACK = 64 << 20  # bytes appended between two writebacks started
 _DATASYNC = getattr(os, "fdatasync", os.fsync)  # the file's data, not its times
 LARGE_OFFSET = 1 << 31  # idx v2: offsets from here on go to the 64-bit table
+T = TypeVar("T")
 
 
 def encode_idx(entries: Iterable[tuple[bytes, int, int]], pack_digest: bytes) -> bytes:
@@ -104,6 +112,77 @@ def _hash_all(hasher: hashlib._Hash, views: Sequence[memoryview]) -> None:
         hasher.update(v)
 
 
+def _windows(views: Sequence[memoryview]) -> Iterator[tuple[memoryview, list[bytes | memoryview]]]:
+    """The payload's zlib stored blocks, a WINDOW at a time: (the window's bytes, its blocks
+    with their headers). A part ends a block, so parts are never copied to be framed."""
+    parts = [v for v in views if v.nbytes]
+    if not parts:
+        yield memoryview(b""), [_stored_block_header(True, 0)]
+    for i, part in enumerate(parts):
+        last_part = i == len(parts) - 1
+        for w in range(0, part.nbytes, WINDOW):
+            window = part[w : w + WINDOW]
+            framed: list[bytes | memoryview] = []
+            for b in range(0, window.nbytes, BLOCK):
+                block = window[b : b + BLOCK]
+                final = last_part and w + b + BLOCK >= part.nbytes
+                framed += (_stored_block_header(final, block.nbytes), block)
+            yield window, framed
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One object's pack entry, built whole: its id, its bytes, their CRC32 (for the idx)."""
+
+    oid: bytes
+    body: bytes
+    crc: int
+
+
+def frame(kind: str, parts: Sequence[Part]) -> Entry:
+    """The pack entry of the concatenation of parts, on any thread (hashlib and zlib let go
+    of the GIL on whole windows; the copy into one buffer is what makes the CRC32 and the
+    pack's hash one call each)."""
+    views = [byte_view(p) for p in parts]
+    size = sum(v.nbytes for v in views)
+    hasher = hashlib.sha1(object_header(kind, size))
+    _hash_all(hasher, views)
+    pieces: list[bytes | memoryview] = [entry_header(PACK_TYPES[kind], size) + ZLIB_HEADER]
+    adler = 1
+    for window, framed in _windows(views):
+        adler = zlib.adler32(window, adler)
+        pieces += framed
+    pieces.append(struct.pack(">I", adler))
+    body = b"".join(pieces)
+    return Entry(hasher.digest(), body, zlib.crc32(body))
+
+
+def built(objects: Iterable[tuple[T, str, Part]]) -> Iterator[tuple[T, Entry]]:
+    """(tag, entry) of each (tag, kind, bytes), in order, framed on git-mgit's cores a few
+    objects ahead of the caller; `objects` is read on the caller's thread. A failure of
+    `objects` is raised after the entries of everything it gave before (a download cut
+    off keeps what it verified)."""
+    from git_mgit import cores
+    from git_mgit.codecs.workers import ordered  # the codecs' pool, not imported sooner
+
+    failure: list[Exception] = []
+
+    def jobs() -> Iterator[functools.partial[tuple[T, Entry]]]:
+        try:
+            for tag, kind, data in objects:
+                yield functools.partial(_tagged, tag, kind, data)
+        except Exception as exc:  # raised below, once the jobs before it are through
+            failure.append(exc)
+
+    yield from ordered(jobs(), cores.available())
+    if failure:
+        raise failure[0]
+
+
+def _tagged(tag: T, kind: str, data: Part) -> tuple[T, Entry]:
+    return tag, frame(kind, [data])
+
+
 class PackWriter:
     """Appends objects to one new pack in objects_dir/pack; finish() makes it visible to git atomically.
 
@@ -128,7 +207,6 @@ class PackWriter:
         # the trailer and CRC32s as entries are written, where the count is known up front
         self._stream = hashlib.sha1(header) if expected else None
         self._crcs: list[int] = []
-        self._joined = bytearray()  # one window's entry bytes, where they are hashed here
         try:
             self._pwritev([header], 0)
         except BaseException:
@@ -163,37 +241,63 @@ class PackWriter:
 
     def add(self, kind: str, parts: Sequence[Part]) -> bytes:
         """Store the concatenation of parts as one object; returns its 20-byte id."""
+        if self._stream is not None:  # hashed as written: built whole, then appended
+            return self.add_entry(frame(kind, parts))
         fd = self._open_fd()
         views = [byte_view(p) for p in parts]
         size = sum(v.nbytes for v in views)
         hasher = hashlib.sha1(object_header(kind, size))
         start = self._end
-        stream = None if self._stream is None else self._stream.copy()  # kept: a dropped entry
         hashing: Future[None] | None = None
         if size >= THREAD_MIN:
             hashing = self._worker().submit(_hash_all, hasher, views)
         else:
             _hash_all(hasher, views)
         try:
-            end, crc = self._write_entry(PACK_TYPES[kind], size, views, start)
+            end = self._write_entry(PACK_TYPES[kind], size, views, start)
             if hashing is not None:
                 hashing.result()
         except BaseException:
             if hashing is not None:
                 wait([hashing])  # it still reads the caller's buffers
             os.ftruncate(fd, start)
-            self._stream = stream
             raise
         oid = hasher.digest()
         if oid in self._entries:
             os.ftruncate(fd, start)  # checking after writing keeps the payload to one pass
-            self._stream = stream
         else:
-            self._entries[oid] = (start, end)
-            self._crcs.append(crc)
-            self._end = end
-            self._start_writeback(fd)
+            self._appended(oid, start, end, fd)
         return oid
+
+    def add_entry(self, entry: Entry) -> bytes:
+        """Append an entry from frame() (built on any thread); returns its object id."""
+        fd = self._open_fd()
+        if entry.oid in self._entries:
+            return entry.oid
+        start, stream = self._end, self._stream
+        # the pack's hash and the write both let go of the GIL: they run side by side
+        writing = None
+        if len(entry.body) >= THREAD_MIN:
+            writing = self._worker().submit(self._pwritev, [entry.body], start)
+        try:
+            if stream is not None:
+                self._stream = stream.copy()  # the old one stays as it was if this fails
+                self._stream.update(entry.body)
+            end = self._pwritev([entry.body], start) if writing is None else writing.result()
+        except BaseException:
+            if writing is not None:
+                wait([writing])
+            os.ftruncate(fd, start)
+            self._stream = stream
+            raise
+        self._crcs.append(entry.crc)
+        self._appended(entry.oid, start, end, fd)
+        return entry.oid
+
+    def _appended(self, oid: bytes, start: int, end: int, fd: int) -> None:
+        self._entries[oid] = (start, end)
+        self._end = end
+        self._start_writeback(fd)
 
     def _start_writeback(self, fd: int) -> None:
         """Flush what was appended so far in the background, once WRITEBACK bytes are new."""
@@ -207,50 +311,16 @@ class PackWriter:
 
     def _write_entry(
         self, type_code: int, size: int, views: Sequence[memoryview], offset: int
-    ) -> tuple[int, int]:
-        """Write the entry (header, zlib stream of stored blocks) at offset; returns its end
-        and, where the pack is hashed as it is written, the entry's CRC32 (else 0)."""
-        adler, crc = 1, 0
-        iov: list[bytes | memoryview] = [entry_header(type_code, size) + ZLIB_HEADER]
-        parts = [v for v in views if v.nbytes]
-        if not parts:
-            iov.append(_stored_block_header(True, 0))
-        for i, part in enumerate(parts):
-            last_part = i == len(parts) - 1
-            for w in range(0, part.nbytes, WINDOW):
-                window = part[w : w + WINDOW]
-                adler = zlib.adler32(window, adler)
-                for b in range(0, window.nbytes, BLOCK):
-                    block = window[b : b + BLOCK]
-                    final = last_part and w + b + BLOCK >= part.nbytes
-                    iov += (_stored_block_header(final, block.nbytes), block)
-                iov, crc = self._hashed(iov, crc)
-                offset = self._pwritev(iov, offset)
-                iov = []
-        iov.append(struct.pack(">I", adler))
-        iov, crc = self._hashed(iov, crc)
-        return self._pwritev(iov, offset), crc
-
-    def _hashed(
-        self, bufs: list[bytes | memoryview], crc: int
-    ) -> tuple[list[bytes | memoryview], int]:
-        """What to write for bufs, and their CRC32, where the pack is hashed as it is
-        written: bufs copied into one buffer, hashed and written at once. A hash call per
-        64 KiB block lets go of the GIL at every block, and a thread doing that beside
-        threads running Python waits its turn each time (54 MiB in 64 KiB calls: 53 ms
-        alone, 15 s beside two threads counting in Python; in 4 MiB calls, 0.38 s)."""
-        if self._stream is None:
-            return bufs, crc
-        size = sum(len(b) for b in bufs)  # bytes, or views cast to bytes
-        if size > len(self._joined):
-            self._joined = bytearray(size)
-        out = memoryview(self._joined)[:size]
-        at = 0
-        for b in bufs:
-            out[at : at + len(b)] = b
-            at += len(b)
-        self._stream.update(out)
-        return [out], zlib.crc32(out, crc)
+    ) -> int:
+        """Write the entry (header, zlib stream of stored blocks pointing into the caller's
+        buffers) at offset, a window at a time; returns its end."""
+        adler = 1
+        head: list[bytes | memoryview] = [entry_header(type_code, size) + ZLIB_HEADER]
+        for window, framed in _windows(views):
+            adler = zlib.adler32(window, adler)
+            offset = self._pwritev(head + framed, offset)
+            head = []
+        return self._pwritev([*head, struct.pack(">I", adler)], offset)
 
     def _pwritev(self, bufs: list[bytes | memoryview], offset: int) -> int:
         """Write all of bufs at offset (retrying short writes); returns the end offset."""

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, env_for
 from git_mgit.store.packreader import PackReader
-from git_mgit.store.packwriter import PackWriter
+from git_mgit.store.packwriter import PackWriter, built
 from git_mgit.store.reader import ObjectReader
 
 
@@ -112,19 +112,26 @@ class LocalCopy:
         reader = ObjectReader(self.source, env_for(self.source))
         try:
             with PackWriter(self.repo.objects_dir, expected=len(self.missing)) as pack:
-                for oid in self.missing:
-                    kind = self.kinds[oid]
-                    data = packs.read(oid) if kind == "blob" else None
-                    if data is None:
-                        data = reader.read(oid)
-                    if data is None:
-                        raise FileNotFoundError(f"{self.source}: object {oid} is not readable")
-                    if pack.add(kind, [data]).hex() != oid:
+                for oid, entry in built(self._objects(packs, reader)):
+                    if pack.add_entry(entry).hex() != oid:
                         raise ValueError(f"{self.source}: object {oid} does not hash to its name")
                 pack.finish()
         finally:
             packs.close()
             reader.close()
+
+    def _objects(
+        self, packs: PackReader, reader: ObjectReader
+    ) -> Iterator[tuple[str, str, bytearray]]:
+        """(oid, kind, bytes) of each missing object, read in order on this thread."""
+        for oid in self.missing:
+            kind = self.kinds[oid]
+            data = packs.read(oid) if kind == "blob" else None
+            if data is None:
+                data = reader.read(oid)
+            if data is None:
+                raise FileNotFoundError(f"{self.source}: object {oid} is not readable")
+            yield oid, kind, data
 
 
 def _lines(items: Iterable[str]) -> str:

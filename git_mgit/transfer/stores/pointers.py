@@ -27,7 +27,7 @@ from git_mgit.progress import Progress
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX
-from git_mgit.store.packwriter import PackWriter
+from git_mgit.store.packwriter import PackWriter, built
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
@@ -199,14 +199,16 @@ def _download(repo: Repo, blobs: BlobStore, wanted: dict[Pointer, list[bytes]]) 
     progress = Progress(
         f"git-mgit: downloading from {blobs.describe()}", sum(p.size for p in wanted)
     )
-    # told its count (every object and their anchor), the pack is hashed as it is written
+    # told its count (every object and their anchor), the pack is hashed as it is written,
+    # each entry framed on the cores while the one before is hashed and written
     count = len(wanted) + anchors.anchor_size(h for hs in wanted.values() for h in hs)
     with PackWriter(repo.objects_dir, expected=count) as pack:
         try:
-            for p, data in blobs.download(sorted(wanted), progress.update):
-                oid = pack.add("blob", [data])
+            arrived = blobs.download(sorted(wanted), progress.update)
+            for p, entry in built((p, "blob", data) for p, data in arrived):
+                oid = pack.add_entry(entry)
                 got.extend((h, oid) for h in wanted[p])
-                came += len(data)
+                came += p.size
         finally:
             progress.finish()
             commit = anchors.write_anchor(pack, sorted(got)) if got else None

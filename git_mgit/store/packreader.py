@@ -26,6 +26,7 @@ import os
 import struct
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 _IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
 _FANOUT = 8
@@ -50,15 +51,13 @@ class _Pack:
         self._count = self._fanout[255]
         self.fd = os.open(idx_path.with_suffix(".pack"), os.O_RDONLY)
         self._mmap: mmap.mmap | None = None
-        self._map: memoryview | None = None
 
     def mapped(self) -> memoryview:
         """The whole pack, mapped read-only (once; packs never change). Views of it keep the
         mapping alive after close()."""
-        if self._map is None:
+        if self._mmap is None:
             self._mmap = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
-            self._map = memoryview(self._mmap)
-        return self._map
+        return memoryview(self._mmap)
 
     def forget(self, start: int, end: int) -> None:
         """Let the mapping's pages in [start, end) go from this process's memory: the file's
@@ -94,17 +93,32 @@ class _Pack:
     def close(self) -> None:
         os.close(self.fd)
         self._idx.close()
-        self._map = None  # unmapped when the last piece handed out is gone
+        self._mmap = None  # unmapped when the last piece handed out is gone
+
+
+class Blocks(NamedTuple):
+    """Where the bytes of a blob stored as zlib stored blocks lie in its pack."""
+
+    size: int
+    starts: list[int]  # content offset where each block begins
+    positions: list[int]  # pack offset of each block's first byte
+
+
+class Walk(NamedTuple):
+    """What walking a pack entry's block headers found."""
+
+    blocks: Blocks | None  # None: not a blob of stored blocks only
+    end: int  # how far into the pack the walk read
 
 
 class StoredBlob:
     """A blob in a pack whose zlib stream is stored blocks only: random access by byte range."""
 
-    def __init__(self, fd: int, size: int, starts: list[int], positions: list[int]) -> None:
+    def __init__(self, fd: int, blocks: Blocks) -> None:
         self.fd = fd
-        self.size = size
-        self._starts = starts  # content offset where each block begins
-        self._positions = positions  # file offset of each block's first byte
+        self.size = blocks.size
+        self._starts = blocks.starts
+        self._positions = blocks.positions
 
     def read_into(self, pos: int, dst: memoryview) -> None:
         """Fill dst with the blob's bytes from pos on; ValueError if that runs past the end."""
@@ -191,10 +205,10 @@ class PackReader:
         pack, offset = found
         with self._lock:
             mapped = pack.mapped()
-        found, end = _stored_blocks(mapped, offset)
+        walk = _stored_blocks(mapped, offset)
         if not keep_mapped:  # the kernel maps the 64 KiB around each fault
-            pack.forget(offset - _FAULT_AROUND, end + _FAULT_AROUND)
-        return None if found is None else (pack, StoredBlob(pack.fd, *found))
+            pack.forget(offset - _FAULT_AROUND, walk.end + _FAULT_AROUND)
+        return None if walk.blocks is None else (pack, StoredBlob(pack.fd, walk.blocks))
 
     def read(self, oid: str) -> bytearray | None:
         """The whole blob, or None when it is not a stored-block blob in a known pack."""
@@ -235,12 +249,9 @@ class PackReader:
             self._packs.clear()
 
 
-def _stored_blocks(
-    data: memoryview, at: int
-) -> tuple[tuple[int, list[int], list[int]] | None, int]:
-    """(size, where each block's bytes start in the blob, where they lie in `data`) of the
-    blob entry at `at` if its zlib stream is stored blocks only, else None; and how far
-    into `data` it read.
+def _stored_blocks(data: memoryview, at: int) -> Walk:
+    """The blocks of the blob entry at `at` in the pack `data`, if its zlib stream is
+    stored blocks only, and how far into `data` that took.
 
     The block headers (one every 64 KiB) are read through the pack's mapping, not with a
     pread each: a pread lets go of the GIL, and a thread doing that beside threads
@@ -249,14 +260,14 @@ def _stored_blocks(
     """
     peek = bytes(data[at : at + _ENTRY_PEEK])
     if not peek:
-        return None, at
+        return Walk(None, at)
     byte = peek[0]
     if (byte >> 4) & 7 != _OBJ_BLOB:
-        return None, at + len(peek)  # a delta or another kind: git resolves those
+        return Walk(None, at + len(peek))  # a delta or another kind: git resolves those
     size, shift, i = byte & 0x0F, 4, 1
     while byte & 0x80:
         if i >= len(peek):
-            return None, at + len(peek)
+            return Walk(None, at + len(peek))
         byte = peek[i]
         size |= (byte & 0x7F) << shift
         shift += 7
@@ -268,17 +279,17 @@ def _stored_blocks(
         or cmf_flg[1] & 0x20
         or int.from_bytes(cmf_flg, "big") % 31
     ):
-        return None, at + len(peek)
+        return Walk(None, at + len(peek))
     starts, positions = [], []
     pos, got = at + i + 2, 0
     while True:
         header = data[pos : pos + _STORED_HEADER]
         if len(header) != _STORED_HEADER:
-            return None, pos
+            return Walk(None, pos)
         btype, final = (header[0] >> 1) & 3, header[0] & 1
         length, nlength = struct.unpack_from("<HH", header, 1)
         if btype != 0 or length ^ nlength != 0xFFFF or got + length > size:
-            return None, pos + _STORED_HEADER
+            return Walk(None, pos + _STORED_HEADER)
         if length:
             starts.append(got)
             positions.append(pos + _STORED_HEADER)
@@ -286,7 +297,7 @@ def _stored_blocks(
         pos += _STORED_HEADER + length
         if final:
             break
-    return ((size, starts, positions) if got == size else None), pos
+    return Walk(Blocks(size, starts, positions) if got == size else None, pos)
 
 
 def _pread_into(fd: int, bufs: list, offset: int) -> int:

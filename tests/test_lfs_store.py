@@ -347,13 +347,20 @@ def test_pieces_come_out_in_runs_of_the_same_bytes(sizes: list[int]) -> None:
     ones as they are), the same bytes in the same order, afresh at every iteration."""
     data = os.urandom(sum(sizes))
     cuts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-    pieces = Pieces([memoryview(data)[a:b] for a, b in itertools.pairwise(cuts)])
-    for _ in range(2):
-        runs = [bytes(run) for run in pieces]
+    read_whole = []
+    views = [memoryview(data)[a:b] for a, b in itertools.pairwise(cuts)]
+    pieces = Pieces(views, done=lambda: read_whole.append(1))
+    for n in range(2):
+        runs = []
+        for run in pieces:
+            assert len(read_whole) == n  # told only once the last run was taken
+            runs.append(bytes(run))
+        assert len(read_whole) == n + 1
         assert b"".join(runs) == data
         assert all(len(run) <= 4 * MiB or len(run) in sizes for run in runs)
         assert len(runs) <= 2 * (len(data) // (4 * MiB)) + 3
-    assert Pointer.of(pieces) == Pointer.of(data)
+    assert pieces.joined() == data and len(read_whole) == 3
+    assert Pointer.of(Pieces(views)) == Pointer.of(data)
 
 
 def test_a_pieces_body_is_sent_whole_again_after_a_redirect(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from git_mgit.store.gitobjects import object_id
 from git_mgit.store.packreader import PackReader, _Pack
 from git_mgit.store.packwriter import PackWriter, encode_idx, entry_header
 from tests.gitsandbox import init_repo, run_git
-from tests.test_packwriter import anchor, cat, objects_dir
+from tests.test_packwriter import MiB, anchor, cat, objects_dir
 
 SIZES = [0, 1, 15, 16, 65534, 65535, 65536, 3 * 65535 + 7, 1 << 20]
 
@@ -61,6 +61,33 @@ def test_pieces_are_views_of_the_pack_and_outlive_the_reader(repo: Path) -> None
     reader.close()  # the mapping stays while a piece refers to it
     assert pieces is not None and len(pieces) == 4 and all(p.readonly for p in pieces)
     assert b"".join(pieces) == data
+
+
+def _rss_file_bytes() -> int:
+    """This process's resident pages that map files (a mapped pack's)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no RssFile in /proc/self/status")
+
+
+def test_pieces_keep_their_pages_until_forgotten(repo: Path) -> None:
+    """Pieces read map their pages into this process (they count as its memory); forget()
+    lets them go, and the views still read the same bytes after."""
+    data = random.Random(6).randbytes(32 * MiB)
+    (oid,) = write_blobs(repo, [data])
+    reader = PackReader(objects_dir(repo))
+    try:
+        before = _rss_file_bytes()
+        pieces = reader.pieces(oid.hex())
+        assert pieces is not None
+        assert hashlib.sha256(b"".join(pieces)).digest() == hashlib.sha256(data).digest()
+        assert _rss_file_bytes() - before > 30 * MiB
+        reader.forget(oid.hex())
+        assert _rss_file_bytes() - before < 2 * MiB
+        assert b"".join(pieces) == data  # mapped again as they are read
+    finally:
+        reader.close()
 
 
 def test_finds_packs_written_after_it_started_and_survives_gc(repo: Path) -> None:

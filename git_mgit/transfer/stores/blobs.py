@@ -14,7 +14,7 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from git_mgit.errors import MgitError
@@ -33,13 +33,19 @@ class Pieces:
     without a copy (a copy into fresh memory costs about as much as a SHA-256)."""
 
     views: Sequence[memoryview]
+    # called each time the bytes were all read (sent, hashed or joined): the holder may let
+    # their memory go (pages of a mapped pack); reading them again maps them again
+    done: Callable[[], None] | None = field(default=None, compare=False)
 
     def __len__(self) -> int:
         return sum(v.nbytes for v in self.views)
 
     def joined(self) -> bytes:
         """One buffer, for clients that take nothing else."""
-        return b"".join(self.views)
+        out = b"".join(self.views)
+        if self.done is not None:
+            self.done()
+        return out
 
     def __iter__(self) -> Iterator[memoryview]:
         """Its runs, afresh each time: an HTTP client sends a body again after a redirect or
@@ -66,6 +72,8 @@ class Pieces:
             filled += view.nbytes
         if filled:
             yield buffer[:filled]
+        if self.done is not None:
+            self.done()
 
 
 Body = Data | Pieces  # what upload()'s `read` returns

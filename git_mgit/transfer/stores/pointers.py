@@ -74,6 +74,7 @@ class PointerStore(Store):
                 progress.finish()
             for _ in stream:  # every pointer is filed below, even one a store never asked for
                 pass
+            read.forget(pointers)  # what the store held was hashed, not sent: its pages stay
         finally:
             blobs.close()
         _point(repo, written, pointers, url)
@@ -118,19 +119,27 @@ class ObjectBytes:
         self.store = store
         self.lock = threading.Lock()
 
-    def bytes(self, oid: str) -> Pieces:
-        """The object's bytes, not copied when a pack of ours holds them as stored blocks."""
-        views = self.store.packs.pieces(oid)  # thread-safe: only git cat-file needs the lock
+    def bytes(self, oid: str, keep: bool = False) -> Pieces:
+        """The object's bytes, not copied when a pack of ours holds them as stored blocks;
+        their pages are let go once they were read whole, unless the caller `keep`s them
+        for a second reading (hashed now, sent next)."""
+        packs = self.store.packs
+        views = packs.pieces(oid)  # thread-safe: only git cat-file needs the lock
         if views is None:
             with self.lock:
                 data = self.store.reader.read(oid)
             if data is None:
                 raise FileNotFoundError(f"object {oid} is not in this clone")
-            views = [memoryview(data)]
-        return Pieces(views)
+            return Pieces([memoryview(data)])
+        return Pieces(views, None if keep else functools.partial(packs.forget, oid))
 
     def pointer(self, oid: str) -> Pointer:
-        return Pointer.of(self.bytes(oid))
+        return Pointer.of(self.bytes(oid, keep=True))
+
+    def forget(self, oids: Iterable[str]) -> None:
+        """Let the pages of these objects go (kept since they were hashed)."""
+        for oid in oids:
+            self.store.packs.forget(oid)
 
     def pointers(self, oids: Iterable[str]) -> Iterator[tuple[str, Pointer]]:
         """Each object with its pointer, in order, as they are hashed on git-mgit's cores

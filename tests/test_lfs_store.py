@@ -431,6 +431,46 @@ def test_wrong_password_is_one_line_and_rejected(
     assert helper_file.read_text() == ""  # git credential reject erased them from the store
 
 
+def test_a_server_that_asked_for_credentials_gets_them_first_in_the_next_process(
+    lfs_server: LfsServer, workrepo: Path, tmp_path: Path
+) -> None:
+    """After a 401 and a success, the repository remembers that the URL asks (the URL only,
+    in .git/mgit/lfs-access); the next process sends credentials with its first request.
+    A repository where git-lfs learnt the same (`lfs.<endpoint>.access basic`) does too."""
+    objects = blobs(100, 200)
+    with FaultProxy(lfs_server.url) as proxy:
+        lfs_server.store_credentials(tmp_path / "creds", also=(proxy.url,))
+        url = f"{proxy.url}/org/repo.git"
+        run_git("remote", "add", "origin", url, cwd=workrepo)
+
+        def refused() -> int:
+            return sum(1 for r in proxy.requests if r.status == 401)
+
+        store = store_for(workrepo)
+        assert store.upload(list(objects), objects.__getitem__) == 2
+        store.close()
+        assert refused() == 1  # asked without credentials first, as git-lfs does
+        remembered = (workrepo / ".git" / "mgit" / "lfs-access").read_text()
+        assert remembered == f"{url}\n" and lfs_server.password not in remembered
+        for _ in range(2):
+            auth.forget()  # a new process
+            store = store_for(workrepo)
+            assert dict(store.download(list(objects))) == objects
+            store.close()
+        assert refused() == 1
+
+        other = init_repo(tmp_path / "other")
+        run_git("remote", "add", "origin", url, cwd=other)
+        auth.forget()
+        store_for(other).missing(list(objects))
+        assert refused() == 2  # nothing known here: asked without credentials first
+        run_git("config", f"lfs.{url}/info/lfs.access", "basic", cwd=other)
+        (other / ".git" / "mgit" / "lfs-access").unlink()
+        auth.forget()
+        assert store_for(other).missing(list(objects)) == []
+        assert refused() == 2
+
+
 def test_no_credential_helper_fails_at_once(lfs_server: LfsServer, lfs_repo: Path) -> None:
     run_git("config", "--global", "--unset", "credential.helper", cwd=lfs_repo)
     objects = blobs(100)

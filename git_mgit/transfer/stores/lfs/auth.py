@@ -3,15 +3,22 @@
 A server is first asked with no credentials (public repositories need none,
 and no user should be prompted for them). After its first 401, this process
 fills credentials once per URL, sends them with every later request to it,
-approves them on the first success and rejects them on a 401. The memory is
-the process's, shared by every store in it (git-lfs keeps it in
-`lfs.<url>.access`; git-mgit writes no config).
+approves them on the first success and rejects them on a 401. The
+credentials are the process's, shared by every store in it. That a URL asks
+for them is remembered for the repository (`AccessModes`), so its next
+process sends them from its first request instead of being refused once:
+git-lfs keeps the same in `lfs.<url>.access = basic`, which is honoured too;
+git-mgit writes no config, only the URLs, in .git/mgit/lfs-access.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
+from pathlib import Path
 
+from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.creds import Credential, GitCredentials
 
 _lock = threading.Lock()
@@ -19,16 +26,55 @@ _filled: dict[str, Credential] = {}  # credential URL -> what git filled, for th
 _approved: set[str] = set()
 
 
+class AccessModes:
+    """The credential URLs known to ask for credentials (git-lfs's `basic` access mode),
+    kept in `path` (one URL a line: no user's password is ever in one, see api._bare)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path
+        self._urls: set[str] = set()
+        if path is not None:
+            with contextlib.suppress(OSError):
+                self._urls = set(path.read_text().split())
+
+    def asks(self, cred_url: str) -> bool:
+        return cred_url in self._urls
+
+    def add(self, cred_url: str) -> None:
+        """Known to ask, for this process (what git-lfs's config says)."""
+        self._urls.add(cred_url)
+
+    def remember(self, cred_url: str) -> None:
+        """Known to ask, for later processes too (a file that cannot be written is only a
+        round trip lost)."""
+        if cred_url in self._urls:
+            return
+        self._urls.add(cred_url)
+        if self._path is None:
+            return
+        with contextlib.suppress(OSError):
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._path.with_name(f".{self._path.name}.{os.getpid()}")
+            tmp.write_text("".join(f"{url}\n" for url in sorted(self._urls)))
+            os.replace(tmp, self._path)
+
+
 class Access:
     """The credentials a request to one credential URL should carry, if any."""
 
-    def __init__(self, helper: GitCredentials) -> None:
+    def __init__(self, helper: GitCredentials, modes: AccessModes | None = None) -> None:
         self._helper = helper
+        self.modes = modes or AccessModes()
 
     def current(self, cred_url: str) -> Credential | None:
-        """What to send now: the filled credential once the server has asked for one."""
+        """What to send now: the filled credential once the server has asked for one, in
+        this process or (`modes`) before."""
         with _lock:
-            return _filled.get(cred_url)
+            known = _filled.get(cred_url)
+        if known is None and self.modes.asks(cred_url):
+            with contextlib.suppress(BlobStoreError):  # asked again after a 401, as at first
+                return self.fill(cred_url, None)
+        return known
 
     def fill(self, cred_url: str, refused: Credential | None) -> Credential:
         """Credentials after a 401 (`refused`: what was sent, if anything; another thread
@@ -47,6 +93,7 @@ class Access:
                 return
             _approved.add(cred_url)
         self._helper.approve(credential)
+        self.modes.remember(cred_url)
 
     def reject(self, cred_url: str, credential: Credential) -> None:
         with _lock:

@@ -28,7 +28,7 @@ from git_mgit.transfer.stores.blobs import (
 )
 from git_mgit.transfer.stores.lfs import basic, batch, gitconfig
 from git_mgit.transfer.stores.lfs.api import BatchApi
-from git_mgit.transfer.stores.lfs.auth import Access
+from git_mgit.transfer.stores.lfs.auth import Access, AccessModes
 from git_mgit.transfer.stores.lfs.batch import Answer, BatchRefused
 from git_mgit.transfer.stores.lfs.creds import GitCredentials
 from git_mgit.transfer.stores.lfs.endpoint import Endpoint, endpoint_for
@@ -56,6 +56,7 @@ class LfsStore(BlobStore):
         *,
         cwd: Path,
         config: LfsConfig | None = None,
+        modes: AccessModes | None = None,
     ) -> None:
         config = config or LfsConfig()
         self.concurrency = config.number("lfs.concurrenttransfers", 8, 1)
@@ -63,7 +64,8 @@ class LfsStore(BlobStore):
             connect_s=config.number("lfs.dialtimeout", 30, 1),
             read_s=config.number("lfs.activitytimeout", 30, 1),
         )
-        self._http = Http(Access(GitCredentials(cwd)), self.concurrency, timeouts)
+        modes = modes or AccessModes()
+        self._http = Http(Access(GitCredentials(cwd), modes), self.concurrency, timeouts)
         retry = RetryPolicy.from_config(config)
         self.endpoint = download
         self._where = f"Git LFS at {redact(download.url)}"
@@ -77,6 +79,9 @@ class LfsStore(BlobStore):
             )
             for op, ep in (("download", download), ("upload", upload or download))
         }
+        for api in self._apis.values():  # what git-lfs learnt: `lfs.<endpoint>.access basic`
+            if (config.get(f"lfs.{api.endpoint.url}.access") or "").lower() == "basic":
+                modes.add(api.credential_url(api.endpoint.url))
 
     @classmethod
     def for_remote(cls, repo: Repo, remote: str) -> LfsStore | None:
@@ -86,7 +91,8 @@ class LfsStore(BlobStore):
         if download is None:
             return None
         upload = endpoint_for(repo, remote, "upload", config)
-        return cls(download, upload, cwd=repo.worktree or repo.git_dir, config=config)
+        modes = AccessModes(repo.mgit_dir / "lfs-access")
+        return cls(download, upload, cwd=repo.worktree or repo.git_dir, config=config, modes=modes)
 
     def describe(self) -> str:
         return self._where

@@ -253,7 +253,10 @@ def test_a_node_killed_mid_selection_with_replicas_and_every_unit_runs_once(
         out, err = finish(proc)
     summary = json.loads(out)
     died = [e for e in summary["events"] if "died" in e]
-    assert 1 <= len(died) <= 2 and "restarting it" in err, err  # the node's two workers
+    # The node's two workers died; one restarted before the scheduler knew the node was gone
+    # may have been placed on it again and died once more (seen in CI: worker 3 twice).
+    dead = {int(m[1]) for e in died if (m := re.match(r"worker (\d+) died", e))}
+    assert 1 <= len(dead) <= 2 and len(died) <= 4 and "restarting it" in err, err
     lin = Lineage(find_repo(repo))
     for c_ in summary["configs"]:
         orders = visits(repo, c_["run"])

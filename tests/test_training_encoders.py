@@ -99,6 +99,26 @@ def test_chunks_from_a_shared_arena_and_through_the_pipe_read_back_exactly(repo:
     assert len(anchors(repo.worktree)) == 2
 
 
+def kill(pids: list[int]) -> None:
+    """SIGKILL each and return once each is dead (a zombie, or gone): a process tears its
+    memory down before it exits, and on a busy machine one killed a moment after another
+    was still alive when the pool looked (seen in CI: a write handed it chunks)."""
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+            except OSError:
+                break
+            if state in ("Z", "X"):
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError(f"encoder {pid} still alive 30 s after SIGKILL")
+
+
 def test_an_encoder_dying_mid_write_fails_it_and_dead_ones_are_replaced(repo: Repo) -> None:
     writer = ObjectWriter(repo, config.load(repo), encoders=2)
     data = weights(3, 4 * MIB).view(np.uint8)
@@ -120,8 +140,7 @@ def test_an_encoder_dying_mid_write_fails_it_and_dead_ones_are_replaced(repo: Re
         thread = threading.Thread(target=write)
         thread.start()
         time.sleep(0.5)
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
+        kill(pids)
         thread.join(timeout=30)
         assert not thread.is_alive()
         assert len(failed) == 1 and isinstance(failed[0], CheckpointError)
@@ -133,8 +152,7 @@ def test_an_encoder_dying_mid_write_fails_it_and_dead_ones_are_replaced(repo: Re
         store = ChunkStore(repo)
         assert bytes(store.get_raw(written.hashes[("f", "t", 2)])) == bytes(jobs[2].data)
         store.close()
-        for pid in encoders_of(os.getpid()):  # between checkpoints: replaced before the next
-            os.kill(pid, signal.SIGKILL)
+        kill(encoders_of(os.getpid()))  # between checkpoints: replaced before the next
         data[:] = weights(4, 4 * MIB).view(np.uint8)
         assert writer.write(jobs, 2).objects == 4
     finally:

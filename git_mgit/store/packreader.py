@@ -172,33 +172,42 @@ class PackReader:
     def __init__(self, objects_dir: Path) -> None:
         self._dir = Path(objects_dir) / "pack"
         self._packs: dict[str, _Pack] = {}
+        self._kept: dict[str, tuple[_Pack, tuple[int, int]]] = {}  # pieces() not yet forgotten
         self._lock = threading.Lock()
         self.enabled = hasattr(os, "preadv")
 
     def open(self, oid: str) -> StoredBlob | None:
         """Random access to a stored-block blob in a known pack; None for anything else."""
-        found = self._locate(oid, keep_mapped=False)
-        return None if found is None else found[1]
-
-    def pieces(self, oid: str) -> list[memoryview] | None:
-        """The whole blob as views of its mapped pack (no copy); None as for open()."""
-        found = self._locate(oid, keep_mapped=True)  # the caller reads what was mapped
+        found = self._locate(oid)
         if found is None:
             return None
-        pack, blob = found
+        pack, _, span, blob = found
+        pack.forget(*span)  # the header walk's pages: they count as this process's memory
+        return blob
+
+    def pieces(self, oid: str) -> list[memoryview] | None:
+        """The whole blob as views of its mapped pack (no copy); None as for open(). Its
+        pages stay mapped (they are hashed and sent next) until forget(oid)."""
+        found = self._locate(oid)
+        if found is None:
+            return None
+        pack, mapped, span, blob = found
         with self._lock:
-            mapped = pack.mapped()
+            self._kept[oid] = (pack, span)
         return blob.pieces(mapped)
 
     def forget(self, oid: str) -> None:
-        """Let the pages of the blob's mapping go from this process's memory (they count as
-        its memory: a push of a 1 GiB model held 0.96 GB of them). pieces() keeps them,
-        for they are hashed and sent next; the caller says when it is done with them."""
-        self._locate(oid, keep_mapped=False)  # the walk spans the blob: its pages go
+        """Let the pages pieces(oid) mapped go from this process's memory (they count as
+        its memory: a push of a 1 GiB model held 0.96 GB of them); nothing if none are."""
+        with self._lock:
+            kept = self._kept.pop(oid, None)
+        if kept is not None:
+            pack, span = kept
+            pack.forget(*span)
 
-    def _locate(self, oid: str, keep_mapped: bool) -> tuple[_Pack, StoredBlob] | None:
-        """The blob's pack and block map; `keep_mapped`: leave the pages reading its
-        headers mapped in (else they are let go: they count as this process's memory)."""
+    def _locate(self, oid: str) -> tuple[_Pack, memoryview, tuple[int, int], StoredBlob] | None:
+        """The blob's pack, that pack mapped, the span of pages its header walk mapped (the
+        kernel maps the 64 KiB around each fault: the whole blob), and its block map."""
         if not self.enabled or len(oid) != 40:
             return None
         try:
@@ -212,9 +221,11 @@ class PackReader:
         with self._lock:
             mapped = pack.mapped()
         walk = _stored_blocks(mapped, offset)
-        if not keep_mapped:  # the kernel maps the 64 KiB around each fault
-            pack.forget(offset - _FAULT_AROUND, walk.end + _FAULT_AROUND)
-        return None if walk.blocks is None else (pack, StoredBlob(pack.fd, walk.blocks))
+        span = (offset - _FAULT_AROUND, walk.end + _FAULT_AROUND)
+        if walk.blocks is None:
+            pack.forget(*span)
+            return None
+        return pack, mapped, span, StoredBlob(pack.fd, walk.blocks)
 
     def read(self, oid: str) -> bytearray | None:
         """The whole blob, or None when it is not a stored-block blob in a known pack."""
@@ -253,6 +264,7 @@ class PackReader:
             for pack in self._packs.values():
                 pack.close()
             self._packs.clear()
+            self._kept.clear()
 
 
 def _stored_blocks(data: memoryview, at: int) -> Walk:

@@ -137,7 +137,7 @@ class ObjectBytes:
         return Pointer.of(self.bytes(oid, keep=True))
 
     def forget(self, oids: Iterable[str]) -> None:
-        """Let the pages of these objects go (kept since they were hashed)."""
+        """Let the pages of these objects go, where still kept since they were hashed."""
         for oid in oids:
             self.store.packs.forget(oid)
 

@@ -64,14 +64,14 @@ class Access:
 
     def __init__(self, helper: GitCredentials, modes: AccessModes | None = None) -> None:
         self._helper = helper
-        self.modes = modes or AccessModes()
+        self._modes = modes or AccessModes()
 
     def current(self, cred_url: str) -> Credential | None:
         """What to send now: the filled credential once the server has asked for one, in
         this process or (`modes`) before."""
         with _lock:
             known = _filled.get(cred_url)
-        if known is None and self.modes.asks(cred_url):
+        if known is None and self._modes.asks(cred_url):
             with contextlib.suppress(BlobStoreError):  # asked again after a 401, as at first
                 return self.fill(cred_url, None)
         return known
@@ -93,7 +93,7 @@ class Access:
                 return
             _approved.add(cred_url)
         self._helper.approve(credential)
-        self.modes.remember(cred_url)
+        self._modes.remember(cred_url)
 
     def reject(self, cred_url: str, credential: Credential) -> None:
         with _lock:

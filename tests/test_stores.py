@@ -11,9 +11,13 @@ once per store; this file holds what is particular to the stores.
 from __future__ import annotations
 
 import base64
+import collections
 import os
 import shutil
 import subprocess
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -414,3 +418,133 @@ def test_a_push_and_a_clone_cut_off_midway_resume_without_sending_anything_twice
             if r.method == "GET" and storage in r.target and r.status == 200
         ]
         assert len(gets) == len(set(gets))  # what was verified before the cut was kept
+
+
+def _packs_handed_over_at_once(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Each new object of a push in a pack of its own, handed to the LFS store as soon as it
+    is written, and asked about in a batch request of its own; returns the uploads the push
+    begins."""
+    from git_mgit.transfer import publish
+    from git_mgit.transfer.stores import upload
+    from git_mgit.transfer.stores.lfs import store
+
+    monkeypatch.setattr(publish, "_FIRST_PACK", 1)
+    monkeypatch.setattr(publish, "_LARGEST_PACK", 1)
+    monkeypatch.setattr(store, "_CHUNK_BYTES", 1)
+    begun: list[upload.Upload] = []
+    init = upload.Upload.__init__
+
+    def recorded(self: upload.Upload, *args: object) -> None:
+        init(self, *args)
+        begun.append(self)
+
+    monkeypatch.setattr(upload.Upload, "__init__", recorded)
+    return begun
+
+
+def _hold_write(
+    monkeypatch: pytest.MonkeyPatch, at: int, until: Callable[[], bool], what: str
+) -> collections.Counter[str]:
+    """The push's `at`-th new object is written only once `until()` holds (60 s at most, then
+    the test fails with `what`); returns counts of the objects it began to write, in all
+    and once `until()` held."""
+    from git_mgit.transfer import publish
+
+    add = publish._Objects._add
+    counts: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+
+    def held(self: publish._Objects, enc: object) -> tuple[str, int]:
+        with lock:
+            counts["written"] += 1
+            now = counts["written"]
+        if now == at:
+            deadline = time.monotonic() + 60
+            while not until():
+                if time.monotonic() > deadline:
+                    pytest.fail(what)
+                time.sleep(0.02)
+        elif until():
+            with lock:
+                counts["after"] += 1
+        return add(self, enc)
+
+    monkeypatch.setattr(publish._Objects, "_add", held)
+    return counts
+
+
+def test_uploads_begin_while_the_push_still_writes(
+    lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pack of new objects is uploaded as soon as it is written: the push's third new
+    object waits until the server holds one, and the push completes, every object sent
+    once and a fresh clone byte-exact at every version."""
+    from git_mgit.transfer.push import push_versions
+
+    versions = series(3, size=4000)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions)
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    _packs_handed_over_at_once(monkeypatch)
+    written = _hold_write(
+        monkeypatch, 3, lambda: bool(lfs_server.uploads()), "nothing was uploaded while writing"
+    )
+    report = push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
+    uploads = lfs_server.uploads()
+    assert len(uploads) == len(set(uploads)) == report.uploaded >= written["written"] > 3
+    run_git("push", "-q", "origin", "main", cwd=root)
+    assert len(lfs_server.uploads()) == len(uploads)  # the hook found it all published
+    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
+    for commit, data in zip(commits, versions, strict=True):
+        run_git("checkout", "-q", commit, cwd=fresh)
+        assert (fresh / MODEL).read_bytes() == data
+
+
+def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
+    lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store refuses every upload: the push stops writing at its next pack with the
+    store's one-line error; the packs it wrote are deleted, and no version ref is made
+    here or on the remote."""
+    from git_mgit.transfer import publish
+    from git_mgit.transfer.push import push_versions
+    from git_mgit.transfer.stores.blobs import BlobStoreError
+    from tests.servers.faults import FaultProxy
+
+    for key, value in (("lfs.transfer.maxretries", "1"), ("lfs.transfer.maxretrydelay", "0")):
+        run_git("config", "--global", key, value, cwd=tmp_path)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, series(3, size=4000))
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    url = lfs_server.repo_url()
+    run_git("remote", "add", "origin", url, cwd=root)
+    packs = root / ".git" / "objects" / "pack"
+    before = sorted(packs.iterdir())
+    with FaultProxy(lfs_server.url) as proxy:
+        lfs_server.store_credentials(tmp_path / "creds", also=(proxy.url,))
+        run_git("config", "lfs.url", f"{proxy.url}/org/repo.git/info/lfs", cwd=root)
+        proxy.fail("PUT", "/objects/storage/", status=500, times=10_000)
+        begun = _packs_handed_over_at_once(monkeypatch)
+        written = _hold_write(
+            monkeypatch,
+            2,
+            lambda: bool(begun) and begun[0]._error is not None,
+            "the uploads never failed",
+        )
+        with pytest.raises(BlobStoreError) as failed:
+            push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
+        message = str(failed.value)
+        assert "\n" not in message and "Git LFS" in message and "500" in message
+        # a tensor's thread stops at its next object; one that took another tensor before
+        # the pool was told, at that one's first
+        assert written["after"] <= 2 * publish._TENSORS_AT_ONCE
+        assert sorted(packs.iterdir()) == before
+        assert not run_git("for-each-ref", "refs/mgit/v/", cwd=root).stdout
+        assert not lfs_server.uploads()
+        assert not run_git("ls-remote", url, cwd=root).stdout
+        stopped_at = written["written"]
+        proxy.clear()
+        report = push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
+    assert stopped_at < written["written"] - stopped_at <= report.uploaded
+    assert report.uploaded == len(set(lfs_server.uploads())) == len(lfs_server.uploads())

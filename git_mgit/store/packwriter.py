@@ -216,6 +216,11 @@ class PackWriter:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def size(self) -> int:
+        """Bytes written so far."""
+        return self._end
+
     def __enter__(self) -> PackWriter:
         return self
 

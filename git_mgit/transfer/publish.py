@@ -7,6 +7,14 @@ that every chunk is decoded once, two tensors at a time. Version refs are
 written as deterministic commits (time 0) and created here, under their
 final names, in one transaction, before any push: a push only sends what
 exists locally.
+
+A store that sends objects while the rest are encoded (a blob store's
+uploads) is told of each object as it becomes readable: a reused one at
+once, a new one when its pack is finished. For it the new objects go into
+a series of packs, each twice the size of the one before (from 64 MiB to
+1 GiB), so that the first uploads start early and a large push still makes
+a few packs. A write that fails deletes the packs it finished: nothing
+files their objects.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 from git_mgit import codecs
 from git_mgit import manifest as mf
@@ -41,6 +50,9 @@ Raw = Callable[[], bytearray]  # a chunk's bytes, decoded only if an object must
 # Tensors walked at once: while one thread holds the GIL (hashing, planes, the pack's
 # adler32) another's codec work runs; more would multiply the decoded chunks held.
 _TENSORS_AT_ONCE = 2
+# Objects readable here now, (oid, size) each: called from the threads writing them
+Ready = Callable[[list[tuple[str, int]]], None]
+_FIRST_PACK, _LARGEST_PACK = 64 << 20, 1 << 30  # packs handed over early, when a store sends
 
 
 class _Objects:
@@ -50,17 +62,23 @@ class _Objects:
     `lock`, one thread at a time; decoding and encoding run outside it.
     """
 
-    def __init__(self, store: ChunkStore, pack: PackWriter) -> None:
-        self.store, self.pack = store, pack
+    def __init__(self, store: ChunkStore, ready: Ready | None) -> None:
+        self.store, self.ready = store, ready
         self.lock = threading.Lock()
+        self.pack = PackWriter(store.repo.objects_dir)
         self.whole: dict[bytes, tuple[str, int]] = {}
         self.delta: dict[tuple[bytes, bytes], tuple[str, int]] = {}
+        self._added: list[tuple[str, int]] = []  # in the current pack
+        self._finished: list[Path] = []  # packs handed over before the end
+        self._roll = _FIRST_PACK
 
     def _existing(self, h: bytes, base: bytes | None) -> tuple[str, int] | None:
         with self.lock:
             holders = self.store.holders(h)
         for oid, size, have in holders:
             if have == base:
+                if self.ready is not None:
+                    self.ready([(oid, size)])
                 return oid, size
         return None
 
@@ -91,7 +109,26 @@ class _Objects:
 
     def _add(self, enc: Encoded) -> tuple[str, int]:
         with self.lock:
-            return self.pack.add("blob", enc.parts).hex(), enc.size
+            added = self.pack.add("blob", enc.parts).hex(), enc.size
+            self._added.append(added)
+            if self.ready is None or self.pack.size < self._roll:
+                return added
+            full, self.pack = self.pack, PackWriter(self.store.repo.objects_dir)
+            objects, self._added = self._added, []
+            self._roll = min(2 * self._roll, _LARGEST_PACK)
+        path = full.finish()  # outside the lock: the other tensors go on meanwhile
+        if path is not None:
+            with self.lock:
+                self._finished.append(path)
+        self.ready(objects)
+        return added
+
+    def abort(self) -> None:
+        """Discard the pack under way and those finished early (nothing files them)."""
+        self.pack.abort()
+        for path in self._finished:
+            path.with_suffix(".idx").unlink(missing_ok=True)  # git finds packs by their idx
+            path.unlink(missing_ok=True)
 
     def whole_of(self, h: bytes, raw: Raw, dtype: str) -> tuple[str, int]:
         if h not in self.whole:
@@ -122,8 +159,13 @@ class _Objects:
         return self.delta[h, base]
 
 
-def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
-    """Write the plan's objects and version refs here; returns them in push order."""
+def write(
+    store: ChunkStore, cands: Candidates, plan: Plan, ready: Ready | None = None
+) -> list[Written]:
+    """Write the plan's objects and version refs here; returns them in push order.
+
+    `ready` is told of the objects as they become readable, for a store that sends
+    them while the rest are written."""
     chosen = [v for v in cands.order() if v in plan.choices]
     # bases the remote has already (a fine-tune's base) are decoded too, not written
     involved = [*chosen, *{c.base for c in plan.choices.values() if c.base} - set(chosen)]
@@ -136,55 +178,55 @@ def write(store: ChunkStore, cands: Candidates, plan: Plan) -> list[Written]:
         "git-mgit: encoding what the push publishes",
         sum(cands.versions[v].manifest.size for v in chosen),
     )
+    objects = _Objects(store, ready)
     try:
-        with PackWriter(store.repo.objects_dir) as pack:
-            objects = _Objects(store, pack)
 
-            def tensor(key: Key, group: list[tuple[str, mf.Chunk]]) -> int:
-                """One chunk's versions, oldest first (a version's base is newer, so it comes
-                later); returns the bytes of the chosen versions it covered."""
-                decoded = DecodedChunks(store, lock=objects.lock)
-                at = dict(group)
-                done = 0
-                for v, c in group:
-                    h, raw = c.content_hash, partial(decoded.get, c.content_hash)
-                    choice = plan.choices.get(v)
-                    unpaired = choice is not None and (choice.base is None or choice.base not in at)
-                    if unpaired and h not in base_hashes.get(v, ()):
-                        filed[v][h] = objects.whole_of(h, raw, key[2])
-                    levels = choice.levels if choice is not None else 0
-                    for older, oc in group:  # the versions leaning on this one: their deltas, now
-                        och = plan.choices.get(older)
-                        if och is None or och.base != v or oc.content_hash in base_hashes[older]:
-                            continue
-                        filed[older][oc.content_hash] = objects.delta_of(
-                            oc.content_hash,
-                            partial(decoded.get, oc.content_hash),
-                            h,
-                            raw,
-                            levels,
-                            key[2],
-                        )
-                    done += c.length if choice is not None else 0
-                return done
+        def tensor(key: Key, group: list[tuple[str, mf.Chunk]]) -> int:
+            """One chunk's versions, oldest first (a version's base is newer, so it comes
+            later); returns the bytes of the chosen versions it covered."""
+            decoded = DecodedChunks(store, lock=objects.lock)
+            at = dict(group)
+            done = 0
+            for v, c in group:
+                h, raw = c.content_hash, partial(decoded.get, c.content_hash)
+                choice = plan.choices.get(v)
+                unpaired = choice is not None and (choice.base is None or choice.base not in at)
+                if unpaired and h not in base_hashes.get(v, ()):
+                    filed[v][h] = objects.whole_of(h, raw, key[2])
+                levels = choice.levels if choice is not None else 0
+                for older, oc in group:  # the versions leaning on this one: their deltas, now
+                    och = plan.choices.get(older)
+                    if och is None or och.base != v or oc.content_hash in base_hashes[older]:
+                        continue
+                    filed[older][oc.content_hash] = objects.delta_of(
+                        oc.content_hash,
+                        partial(decoded.get, oc.content_hash),
+                        h,
+                        raw,
+                        levels,
+                        key[2],
+                    )
+                done += c.length if choice is not None else 0
+            return done
 
-            with ThreadPoolExecutor(_TENSORS_AT_ONCE, thread_name_prefix="mgit-publish") as pool:
-                futures = [
-                    pool.submit(tensor, key, group) for key, group in groups(cands, involved)
-                ]
-                try:
-                    for future in as_completed(futures):
-                        progress.update(future.result())
-                except BaseException:
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    raise
-            written = []
-            for v in plan.push_order():
-                ref = VersionRef(v, (plan.choices[v].base,) if plan.choices[v].base else ())
-                entries = sorted((h, bytes.fromhex(oid)) for h, (oid, _) in filed[v].items())
-                commit = anchors.write_anchor(pack, entries, timestamp=0, message=ref.message)
-                written.append(Written(VersionRef(v, ref.bases, commit), dict(filed[v])))
-            pack.finish()
+        with ThreadPoolExecutor(_TENSORS_AT_ONCE, thread_name_prefix="mgit-publish") as pool:
+            futures = [pool.submit(tensor, key, group) for key, group in groups(cands, involved)]
+            try:
+                for future in as_completed(futures):
+                    progress.update(future.result())
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+        written = []
+        for v in plan.push_order():
+            ref = VersionRef(v, (plan.choices[v].base,) if plan.choices[v].base else ())
+            entries = sorted((h, bytes.fromhex(oid)) for h, (oid, _) in filed[v].items())
+            commit = anchors.write_anchor(objects.pack, entries, timestamp=0, message=ref.message)
+            written.append(Written(VersionRef(v, ref.bases, commit), dict(filed[v])))
+        objects.pack.finish()
+    except BaseException:
+        objects.abort()
+        raise
     finally:
         progress.finish()
     _set_refs(store, written, plan)

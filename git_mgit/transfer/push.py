@@ -21,8 +21,7 @@ from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer import history, layout, notes, publish
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.remotes import list_versions, remember
-from git_mgit.transfer.stores import registry
-from git_mgit.transfer.stores.choice import RECORD_REF, REFS, Choice, choose, recorded_store
+from git_mgit.transfer.stores.choice import RECORD_REF, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
 from git_mgit.transfer.stores.refs import PARTIAL_PREFIX
 from git_mgit.transfer.stores.registry import store_for
@@ -96,12 +95,13 @@ def push_versions(
         estimates = layout.estimate(store, cands, settings.max_chain_depth)
         plan = layout.decide(cands, estimates, settings.fetch_budget, settings.max_chain_depth)
         report.store = choose(repo, remote, recorded_store(repo, remote, listing))
-        if report.store.kind != REFS:
-            registry.warm_up(report.store.kind)  # its client, while the versions are written
         target = store_for(repo, remote, report.store)
-        report.published = publish.write(store, cands, plan)
         report.replaced = list(plan.replaced.values())
-        sent = target.publish(store, report.published, listing, report.replaced, push_limit(repo))
+        with target.sending(store) as ready:  # a blob store's uploads begin meanwhile
+            report.published = publish.write(store, cands, plan, ready)
+            sent = target.publish(
+                store, report.published, listing, report.replaced, push_limit(repo)
+            )
         report.pushes, report.sent, report.uploaded = sent.pushes, sent.bytes, sent.uploaded
         # what it holds now, for commands that stay offline
         gone = set(report.replaced)

@@ -25,6 +25,7 @@ from git_mgit.transfer.remotes import list_versions, transfer
 from git_mgit.transfer.stores import pointers
 from git_mgit.transfer.stores.choice import RECORD_REF, REFS, Choice, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_limit
+from git_mgit.transfer.stores.objectbytes import ObjectBytes
 from git_mgit.transfer.stores.registry import store_for
 from git_mgit.transfer.versions import Published, VersionRef
 
@@ -44,7 +45,7 @@ def migrate(repo: Repo, remote: str, target: Choice) -> Report:
     store = ChunkStore(repo)
     try:
         _fetch_all(repo, store, remote, refs)
-        bytes_of = pointers.ObjectBytes(store)
+        bytes_of = ObjectBytes(store)
         todo = [r for r in refs if _store_of(repo, r) != target.url]
         written = [_written(repo, bytes_of, r, target) for r in todo]
         sent = store_for(repo, remote, target).publish(
@@ -79,9 +80,7 @@ def _store_of(repo: Repo, ref: VersionRef) -> str:
     return parse_record(body.decode("utf-8", "replace")) or REFS
 
 
-def _written(
-    repo: Repo, bytes_of: pointers.ObjectBytes, ref: VersionRef, target: Choice
-) -> Written:
+def _written(repo: Repo, bytes_of: ObjectBytes, ref: VersionRef, target: Choice) -> Written:
     """The ref's objects as the target store sends them (for the refs store, filed by a
     version ref commit here)."""
     filed = {h: (oid, size) for h, oid, size in anchor_objects(repo, [ref.commit], [])}

@@ -1,7 +1,8 @@
 """Pointer stores: the objects' bytes in a blob store (Git LFS, S3), pointers in git.
 
-Publishing a version: its objects are uploaded first (the blob store is
-asked which it lacks: nothing is sent twice), then its version ref is pushed
+Publishing a version: its objects are uploaded first, beginning while the
+push still writes them (upload.py; the blob store is asked which it lacks:
+nothing is sent twice), then its version ref is pushed
 as a commit whose tree files a pointer per chunk (pointer.py) and whose
 message ends with `store <url>`: the ref says where its bytes are, so any
 clone fetches them with nothing configured, and a history whose versions
@@ -17,10 +18,9 @@ anchored; what was verified before a failure is kept.
 
 from __future__ import annotations
 
-import functools
-import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
@@ -28,17 +28,30 @@ from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX
 from git_mgit.store.packwriter import PackWriter, built
-from git_mgit.transfer.publish import Written
+from git_mgit.transfer.publish import Ready, Written
 from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
-from git_mgit.transfer.stores.blobs import BlobStore, Pieces, Pointer
+from git_mgit.transfer.stores.blobs import BlobStore, Pointer
 from git_mgit.transfer.stores.choice import RECORD_REF, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_refs
 from git_mgit.transfer.stores.registry import blob_store
+from git_mgit.transfer.stores.upload import Upload
 from git_mgit.transfer.versions import VersionRef
 
 
 class PointerStore(Store):
+    _upload: Upload | None = None  # while sending()
+
+    @contextmanager
+    def sending(self, store: ChunkStore) -> Iterator[Ready]:
+        """Uploads begin with the first objects written (on a thread of their own)."""
+        self._upload = Upload(self.repo, self.remote, self.choice.url, store)
+        try:
+            yield self._upload.ready
+        finally:
+            self._upload.cancel()  # nothing left to stop once publish() finished it
+            self._upload = None
+
     def publish(
         self,
         store: ChunkStore,
@@ -47,37 +60,12 @@ class PointerStore(Store):
         gone: Sequence[str],
         limit: int,
     ) -> Sent:
+        if self._upload is None:  # not begun while the objects were written (a migration)
+            with self.sending(store):
+                return self.publish(store, written, listing, gone, limit)
         repo, url = self.repo, self.choice.url
-        read = ObjectBytes(store)
-        sizes = {oid: size for w in written for oid, size in w.objects.values()}
-        pointers: dict[str, Pointer] = {}
-        by_pointer: dict[Pointer, str] = {}
-        sent = Sent()
-        blobs = blob_store(repo, self.remote, url)
-        try:
-            progress = Progress(f"git-mgit: uploading to {blobs.describe()}", sum(sizes.values()))
-
-            def moved(n: int) -> None:
-                sent.bytes += n
-                progress.update(n)
-
-            def hashed() -> Iterator[Pointer]:
-                for oid, p in read.pointers(sorted(sizes)):
-                    pointers[oid] = p
-                    by_pointer.setdefault(p, oid)
-                    yield p
-
-            stream = hashed()
-            try:
-                sent.uploaded = blobs.upload(stream, lambda p: read.bytes(by_pointer[p]), moved)
-            finally:
-                progress.finish()
-            for _ in stream:  # every pointer is filed below, even one a store never asked for
-                pass
-            read.forget(pointers)  # what the store held was hashed, not sent: its pages stay
-        finally:
-            blobs.close()
-        _point(repo, written, pointers, url)
+        sent = self._upload.finish(o for w in written for o in w.objects.values())
+        _point(repo, written, self._upload.pointers, url)
         specs = [w.ref.name for w in written]
         if RECORD_REF not in listing and not self.choice.reason.startswith("the remote records"):
             record = anchors.commit_blobs(repo, [], record_text(url))
@@ -110,53 +98,6 @@ def _point(repo: Repo, written: Sequence[Written], pointers: dict[str, Pointer],
         pack.finish()
     lines.append(f"update {ANCHOR_PREFIX}{anchor} {anchor}\n")
     repo.git("update-ref", "--stdin", input="".join(lines).encode())
-
-
-class ObjectBytes:
-    """Object bytes for hashing and uploading, from any thread."""
-
-    def __init__(self, store: ChunkStore) -> None:
-        self.store = store
-        self.lock = threading.Lock()
-
-    def bytes(self, oid: str, keep: bool = False) -> Pieces:
-        """The object's bytes, not copied when a pack of ours holds them as stored blocks;
-        their pages are let go once they were read whole, unless the caller `keep`s them
-        for a second reading (hashed now, sent next)."""
-        packs = self.store.packs
-        views = packs.pieces(oid)  # thread-safe: only git cat-file needs the lock
-        if views is None:
-            with self.lock:
-                data = self.store.reader.read(oid)
-            if data is None:
-                raise FileNotFoundError(f"object {oid} is not in this clone")
-            return Pieces([memoryview(data)])
-        return Pieces(views, None if keep else functools.partial(packs.forget, oid))
-
-    def pointer(self, oid: str) -> Pointer:
-        return Pointer.of(self.bytes(oid, keep=True))
-
-    def forget(self, oids: Iterable[str]) -> None:
-        """Let the pages of these objects go, where still kept since they were hashed."""
-        for oid in oids:
-            self.store.packs.forget(oid)
-
-    def pointers(self, oids: Iterable[str]) -> Iterator[tuple[str, Pointer]]:
-        """Each object with its pointer, in order, as they are hashed on git-mgit's cores
-        (hashlib lets go of the GIL), a few objects ahead of the caller."""
-        from git_mgit import cores
-        from git_mgit.codecs.workers import ordered  # the codecs' pool, not imported sooner
-
-        oids = list(oids)
-        jobs = (functools.partial(self.pointer, oid) for oid in oids)
-        return zip(oids, ordered(jobs, cores.available()), strict=True)
-
-    def holder(self, h: bytes, p: Pointer) -> tuple[str, int] | None:
-        """(oid, size) of the object here that holds chunk `h` as the bytes `p` names."""
-        for oid, size, _ in self.store.holders(h):
-            if size == p.size and self.pointer(oid) == p:
-                return oid, size
-        return None
 
 
 def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Pointer]]:

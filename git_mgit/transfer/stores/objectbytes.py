@@ -1,0 +1,58 @@
+"""A push's objects as a blob store takes them: their bytes from the packs, and their pointers."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+
+from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.transfer.stores.blobs import Pieces, Pointer
+
+
+class ObjectBytes:
+    """Object bytes for hashing and uploading, from any thread (the pack reader and git
+    cat-file each take their own lock)."""
+
+    def __init__(self, store: ChunkStore) -> None:
+        self.store = store
+
+    def bytes(self, oid: str, keep: bool = False) -> Pieces:
+        """The object's bytes, not copied when a pack of ours holds them as stored blocks;
+        their pages are let go once they were read whole, unless the caller `keep`s them
+        for a second reading (hashed now, sent next)."""
+        packs = self.store.packs
+        views = packs.pieces(oid)
+        if views is None:
+            data = self.store.reader.read(oid)
+            if data is None:
+                raise FileNotFoundError(f"object {oid} is not in this clone")
+            return Pieces([memoryview(data)])
+        return Pieces(views, None if keep else functools.partial(packs.forget, oid))
+
+    def pointer(self, oid: str) -> Pointer:
+        return Pointer.of(self.bytes(oid, keep=True))
+
+    def forget(self, oids: Iterable[str]) -> None:
+        """Let the pages of these objects go, where still kept since they were hashed."""
+        for oid in oids:
+            self.store.packs.forget(oid)
+
+    def pointers(self, oids: Iterable[str]) -> Iterator[tuple[str, Pointer]]:
+        """Each object with its pointer, in order, as they are hashed on git-mgit's cores
+        (hashlib lets go of the GIL), a few objects ahead of the caller; `oids` is read
+        only as that room frees (it may wait for objects still being written)."""
+        from git_mgit import cores
+        from git_mgit.codecs.workers import ordered  # the codecs' pool, not imported sooner
+
+        jobs = (functools.partial(self._paired, oid) for oid in oids)
+        return ordered(jobs, cores.available())
+
+    def _paired(self, oid: str) -> tuple[str, Pointer]:
+        return oid, self.pointer(oid)
+
+    def holder(self, h: bytes, p: Pointer) -> tuple[str, int] | None:
+        """(oid, size) of the object here that holds chunk `h` as the bytes `p` names."""
+        for oid, size, _ in self.store.holders(h):
+            if size == p.size and self.pointer(oid) == p:
+                return oid, size
+        return None

@@ -450,6 +450,67 @@ def test_commands_that_read_tensors_fetch_every_version_they_need_at_once(
     assert commands_run(trace) == one_batch(store_remote)  # three versions, one batch
 
 
+def _git_processes(trace: Path, command: str) -> list[dict]:
+    """The trace2 `start` events of the `git <command>` processes run, with their `exit`
+    event's time added (as `exited`)."""
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    exits = {e["sid"]: e["time"] for e in events if e.get("event") == "exit"}
+    return [
+        {**e, "exited": exits.get(e["sid"], "")}
+        for e in events
+        if e.get("event") == "start" and command in e["argv"][1:4]
+    ]
+
+
+@pytest.mark.parametrize("kind", ["http", "lfs"])
+def test_a_fresh_clone_fetches_its_versions_refs_beside_the_listing(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A fresh clone's checkout fetches `refs/mgit/v/<version>*` by name while the listing
+    runs: one fetch, begun before the listing was back, and the listing finds nothing left
+    to fetch. A fresh clone checked out at an older commit, whose version is a delta, gets
+    that ref the same way and the bases it leans on in one more fetch."""
+    if kind == "http":
+        remote = request.getfixturevalue("http_remote")
+    else:
+        server = request.getfixturevalue("lfs_server")
+        run_git("config", "--global", "mgit.store", "lfs", cwd=tmp_path)
+        remote = Remote(
+            path=server.git_root / "org" / "repo.git", url=server.repo_url(), store="lfs"
+        )
+    versions = series()
+    src, commits = source(tmp_path, remote, versions)
+    tip = run_git("rev-parse", f"HEAD:{MODEL}", cwd=src).stdout.strip()
+    trace = tmp_path / "trace2.json"
+    run_git(
+        "clone",
+        "-q",
+        remote.url,
+        str(tmp_path / "fresh"),
+        cwd=tmp_path,
+        env={"GIT_TRACE2_EVENT": str(trace)},
+    )
+    assert (tmp_path / "fresh" / MODEL).read_bytes() == versions[-1]
+    (fetch,) = _git_processes(trace, "fetch")
+    (listing,) = _git_processes(trace, "ls-remote")
+    assert f"+refs/mgit/v/{tip}*:refs/mgit/v/{tip}*" in fetch["argv"]
+    assert fetch["time"] < listing["exited"]  # side by side
+    note = run_git("notes", "--ref=mgit", "show", f"HEAD:{MODEL}", cwd=tmp_path / "fresh").stdout
+    assert note.strip() == '{"name":"tip"}'  # the notes came with it
+
+    older = tmp_path / "older"
+    run_git("clone", "-q", "-n", remote.url, str(older), cwd=tmp_path)
+    trace.unlink()
+    run_git("checkout", "-q", commits[1], cwd=older, env={"GIT_TRACE2_EVENT": str(trace)})
+    assert (older / MODEL).read_bytes() == versions[1]
+    v1 = run_git("rev-parse", f"{commits[1]}:{MODEL}", cwd=older).stdout.strip()
+    guessed, bases = _git_processes(trace, "fetch")
+    assert f"+refs/mgit/v/{v1}*:refs/mgit/v/{v1}*" in guessed["argv"]
+    assert not any(a.startswith("+refs/mgit/v/") and a.endswith("*") for a in bases["argv"])
+    assert len(_git_processes(trace, "ls-remote")) == 1
+    mgit("fsck", cwd=older)
+
+
 def test_a_fine_tune_is_published_as_a_delta_of_its_base_in_the_same_commit(
     tmp_path: Path, remote: Remote
 ) -> None:

@@ -3,7 +3,8 @@
 One `git ls-remote` lists the remote's version refs; the closure of the
 wanted versions along their bases (minus what is complete here) is fetched
 with one `git fetch` of exact ref names, which git's negotiation trims to the
-objects this clone lacks. Version refs of a pointer store (Git LFS, S3) hold
+objects this clone lacks (a fresh clone fetches its tips' refs by name beside
+the listing: guess.py). Version refs of a pointer store (Git LFS, S3) hold
 pointers: the objects they name and this clone lacks are then downloaded, one
 batch per store (stores/pointers.py). A remote that predates version refs
 gets its anchors fetched whole, as before.
@@ -24,7 +25,7 @@ from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
 from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects, anchor_tips
-from git_mgit.transfer import notes
+from git_mgit.transfer import guess, notes
 from git_mgit.transfer.local import LocalCopy, local_git_dir
 from git_mgit.transfer.remotes import RemoteUnreachable, candidates, list_versions, transfer
 from git_mgit.transfer.stores import pointers, registry
@@ -131,8 +132,14 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
 
     notes_ref = notes.remote_notes_ref(remote)
     source = local_git_dir(repo, remote)
+    # a fresh clone's refs by name, beside the listing (guess.py); the listing decides
+    guessed = None if source is not None else guess.begin(repo, remote, wanted, anchor_tips(repo))
     for attempt in range(_ROUNDS):
-        listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*", notes.NOTES_REF, RECORD_REF)
+        try:
+            listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*", notes.NOTES_REF, RECORD_REF)
+        finally:
+            if guessed is not None:
+                guessed.wait()
         if attempt == 0 and RECORD_REF in listing:  # pushed to a blob store: its client,
             # while git fetches. A remote on this machine has no LFS endpoint in its URL, so
             # its store is most likely a bucket: importing urllib3 too would only take the GIL
@@ -151,6 +158,8 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
                 if name.startswith(ANCHOR_PREFIX) and local.get(name) != oid
             }
         if not targets:
+            if guessed is not None:  # it brought the refs, and the notes with them
+                notes.merge(repo, notes_ref)
             pointers.resolve(store, remote, closure)  # refs here, objects not (yet)
             return 0
         theirs = listing.get(notes.NOTES_REF)

@@ -134,13 +134,15 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
     source = local_git_dir(repo, remote)
     # a fresh clone's refs by name, beside the listing (guess.py); the listing decides
     guessed = None if source is not None else guess.begin(repo, remote, wanted, anchor_tips(repo))
+    if guessed is not None:  # its store's client too, most likely LFS's (70 ms of import)
+        registry.warm_up()
     for attempt in range(_ROUNDS):
         try:
             listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*", notes.NOTES_REF, RECORD_REF)
         finally:
             if guessed is not None:
                 guessed.wait()
-        if attempt == 0 and RECORD_REF in listing:  # pushed to a blob store: its client,
+        if attempt == 0 and RECORD_REF in listing and guessed is None:  # a blob store's client,
             # while git fetches. A remote on this machine has no LFS endpoint in its URL, so
             # its store is most likely a bucket: importing urllib3 too would only take the GIL
             # from the fetch's own threads (0.18 s of a 54 MiB S3 clone's thread time).

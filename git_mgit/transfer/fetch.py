@@ -26,7 +26,7 @@ from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
 from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects, anchor_tips
 from git_mgit.transfer import guess, notes
-from git_mgit.transfer.local import LocalCopy, local_git_dir
+from git_mgit.transfer.local import LocalCopy, git_dir_at, remote_url
 from git_mgit.transfer.remotes import RemoteUnreachable, candidates, list_versions, transfer
 from git_mgit.transfer.stores import pointers, registry
 from git_mgit.transfer.stores.blobs import BlobStoreError
@@ -131,9 +131,10 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
         return complete[version]
 
     notes_ref = notes.remote_notes_ref(remote)
-    source = local_git_dir(repo, remote)
+    url = remote_url(repo, remote)
+    source = git_dir_at(repo, url)
     # a fresh clone's refs by name, beside the listing (guess.py); the listing decides
-    guessed = None if source is not None else guess.begin(repo, remote, wanted, anchor_tips(repo))
+    guessed = None if source is not None else guess.begin(repo, remote, url, wanted)
     if guessed is not None:  # its store's client too, most likely LFS's (70 ms of import)
         registry.warm_up()
     for attempt in range(_ROUNDS):

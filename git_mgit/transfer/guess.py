@@ -34,16 +34,15 @@ _QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "GCM_INTERACTIVE": "nev
 
 
 def begin(
-    repo: Repo, remote: str, versions: Iterable[str], local: dict[str, str]
+    repo: Repo, remote: str, url: str, versions: Iterable[str]
 ) -> subprocess.Popen[bytes] | None:
-    """Start fetching the versions' refs, if this clone has no version ref yet and
-    `remote` is reached over HTTP(S); wait() on what it returns (its outcome does not
-    matter: the listing decides)."""
-    if any(name.startswith(VERSION_PREFIX) for name in local):
-        return None
-    url = repo.git("remote", "get-url", remote, check=False)
+    """Start fetching the versions' refs from `remote` (at `url`), if it is reached over
+    HTTP(S) and this clone has no version ref yet; wait() on what it returns (its outcome
+    does not matter: the listing decides)."""
     names = [f"{VERSION_PREFIX}{v}*" for v in versions]
     if not names or not url.startswith(("http://", "https://")):
+        return None
+    if repo.git("for-each-ref", "--count=1", "--format=%(refname)", VERSION_PREFIX):
         return None
     return subprocess.Popen(
         ["git", *KEEP_PACKS, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote]

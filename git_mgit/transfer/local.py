@@ -28,11 +28,20 @@ from git_mgit.store.packwriter import PackWriter, built
 from git_mgit.store.reader import ObjectReader
 
 
+def remote_url(repo: Repo, remote: str) -> str:
+    """The URL git uses for `remote`: a remote's name resolved, a path or URL as it is."""
+    if remote in repo.git("remote").split():
+        return repo.git("remote", "get-url", remote)
+    return remote
+
+
 def local_git_dir(repo: Repo, remote: str) -> Path | None:
     """The git directory of `remote` (a name, path or URL) if it is a directory here."""
-    url = remote
-    if remote in repo.git("remote").split():
-        url = repo.git("remote", "get-url", remote)
+    return git_dir_at(repo, remote_url(repo, remote))
+
+
+def git_dir_at(repo: Repo, url: str) -> Path | None:
+    """The git directory `url` (a URL or path) names, if it is a directory here."""
     if url.startswith("file://"):
         path = Path(unquote(urlsplit(url).path))
     elif "://" in url or (":" in url.split("/", 1)[0] and not url.startswith("/")):

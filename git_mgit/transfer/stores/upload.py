@@ -59,8 +59,8 @@ class Upload:
         self._queue.put(list(objects))
 
     def finish(self, objects: Objects) -> Sent:
-        """Send `objects` too (those already handed over are not sent twice), wait for every
-        upload, and let go of the pages hashed but not sent; raises what failed."""
+        """Send `objects` too (those already handed over are not sent twice) and wait for
+        every upload; raises what failed."""
         objects = dict(objects)
         self._queue.put(list(objects.items()))
         self._queue.put(None)
@@ -71,7 +71,6 @@ class Upload:
         self._progress.finish()
         if self._error is not None:
             raise self._error
-        self.read.forget(self.pointers)
         return self.sent
 
     def cancel(self) -> None:
@@ -80,7 +79,6 @@ class Upload:
             self._cancelled = True
             self._queue.put(None)
             self._thread.join()
-        self.read.forget(self.pointers)
 
     def _oids(self) -> Iterator[str]:
         seen: set[str] = set()
@@ -117,5 +115,6 @@ class Upload:
                     pass
             finally:
                 blobs.close()
+                self.read.forget(self.pointers)  # pages hashed but not sent (the store had them)
         except BaseException as e:  # raised where the push waits: ready(), finish()
             self._error = e

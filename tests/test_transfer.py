@@ -567,3 +567,52 @@ def test_pushes_of_tensor_objects_stay_packs_on_the_remote(
         assert len(ls_remote(src, bare_remote.url, "refs/mgit/pad/*")) == 1  # this clone's
     dst = clone(bare_remote.url, tmp_path / "dst")
     assert (dst / MODEL).read_bytes() == data
+
+
+def test_a_push_encodes_the_checked_out_tip_from_its_file_and_trusts_no_edit(
+    tmp_path: Path, bare_remote: Remote, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new tip, which `git add` stored as a delta of the last version, is published whole
+    from its checked-out file: none of its chunks is decoded. A file edited since `git add`
+    (same size, other bytes) is not trusted: the push decodes, and publishes what was
+    committed, byte for byte."""
+    from git_mgit import codecs
+    from git_mgit.transfer.push import push_versions
+
+    versions = series(5, step=1e-6)  # small steps: `git add` stores deltas
+    src, commits = source(tmp_path, bare_remote, versions[:3])
+    decoded: list[bytes] = []
+    decode_all = codecs.decode_all
+
+    def counted(chain: object) -> bytearray:
+        decoded.append(chain.content_hash)
+        return decode_all(chain)
+
+    monkeypatch.setattr(codecs, "decode_all", counted)
+
+    def commit_and_push(data: bytes, edit: bytes | None = None) -> set[bytes]:
+        """Commit `data`, put `edit` in the file if given, push; the new tip's chunks."""
+        (src / MODEL).write_bytes(data)
+        run_git("commit", "-q", "-am", "next", cwd=src)
+        if edit is not None:
+            (src / MODEL).write_bytes(edit)
+        head = run_git("rev-parse", "HEAD", cwd=src).stdout.strip()
+        new = chunks_at(src, "HEAD") - chunks_at(src, "HEAD~1")
+        assert new and local_chunks(src) >= new  # stored here (as deltas), the remote lacks them
+        decoded.clear()
+        report = push_versions(find_repo(src), "origin", [head], [commits[-1]], {"refs/heads/main"})
+        assert report.published and commits.append(head) is None
+        run_git("push", "-q", "origin", "main", cwd=src)
+        return new
+
+    new = commit_and_push(versions[3])
+    assert not new & set(decoded)
+    edited = bytearray(versions[4])
+    edited[len(edited) // 2] ^= 0xFF
+    new = commit_and_push(versions[4], edit=bytes(edited))
+    assert new & set(decoded)
+    assert (src / MODEL).read_bytes() == bytes(edited)  # the push left the edit alone
+    fresh = clone(bare_remote.url, tmp_path / "fresh")
+    for commit, data in zip(commits, versions, strict=True):
+        run_git("checkout", "-q", commit, cwd=fresh)
+        assert (fresh / MODEL).read_bytes() == data

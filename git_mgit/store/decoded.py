@@ -9,6 +9,7 @@ costs one level of decoding, not its whole chain.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 from git_mgit import codecs
@@ -19,18 +20,26 @@ KEEP = 4
 
 class DecodedChunks:
     def __init__(
-        self, store: ChunkStore, keep: int = KEEP, lock: AbstractContextManager | None = None
+        self,
+        store: ChunkStore,
+        keep: int = KEEP,
+        lock: AbstractContextManager | None = None,
+        read: Callable[[bytes], bytearray | None] | None = None,
     ) -> None:
         """`lock`: held while the store is asked where a chunk is (its lookups are not
-        thread-safe), not while decoding, when walks run on several threads."""
+        thread-safe), not while decoding, when walks run on several threads. `read`: a
+        chunk's verified bytes from elsewhere (a checked-out file), or None to decode it."""
         self.store = store
         self.keep = keep
         self.lock = lock if lock is not None else nullcontext()
+        self.read = read
         self._raw: OrderedDict[bytes, bytearray] = OrderedDict()
 
     def get(self, h: bytes) -> bytearray:
         """The chunk's verified bytes, decoded through the last chunks kept where it can."""
         raw = self._raw.pop(h, None)
+        if raw is None and self.read is not None:
+            raw = self.read(h)
         if raw is None:
             known = None
             with self.lock:

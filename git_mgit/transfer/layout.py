@@ -16,7 +16,7 @@ windows (codec.estimate_*), decoding each chunk once, one tensor at a time.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from git_mgit import manifest as mf
@@ -28,6 +28,8 @@ from git_mgit.transfer.history import Version
 
 SAVING = 0.9  # a delta version must store at most this much of its whole size
 
+# A chunk's verified bytes where they need no decoding (a checked-out file), else None
+Readable = Callable[[bytes], bytearray | None]
 # A chunk's place in a version: (tensor name or segment kind, chunk index, dtype, length).
 Key = tuple[str, int, str, int]
 
@@ -155,7 +157,9 @@ def groups(
     yield from by_key.items()
 
 
-def estimate(store: ChunkStore, cands: Candidates, max_depth: int) -> Estimates:
+def estimate(
+    store: ChunkStore, cands: Candidates, max_depth: int, read: Readable | None = None
+) -> Estimates:
     """Estimated sizes: each version whole, and each (version, possible base) as its delta.
 
     What this clone stores says most of it without decoding anything: a chunk stored
@@ -178,7 +182,7 @@ def estimate(store: ChunkStore, cands: Candidates, max_depth: int) -> Estimates:
     by_key = list(groups(cands, involved))
     total = sum(c.length for _, group in by_key for _, c in group)
     progress = Progress("git-mgit: planning the push", total)
-    sampler = _Sampler(store)
+    sampler = _Sampler(store, read)
     try:
         for key, group in by_key:
             chunks = [c.content_hash for _, c in group]
@@ -238,8 +242,8 @@ def estimate(store: ChunkStore, cands: Candidates, max_depth: int) -> Estimates:
 class _Sampler:
     """Chunks' sample windows, decoded on demand (one tensor's versions at a time)."""
 
-    def __init__(self, store: ChunkStore) -> None:
-        self.decoded = DecodedChunks(store)
+    def __init__(self, store: ChunkStore, read: Readable | None) -> None:
+        self.decoded = DecodedChunks(store, read=read)
         self.samples: dict[bytes, tuple[memoryview, float]] = {}
 
     def get(self, h: bytes, dtype: str) -> tuple[memoryview, float]:

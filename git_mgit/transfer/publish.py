@@ -3,7 +3,8 @@
 Objects this clone already has in the planned form are reused (a chunk
 stored whole, or as a delta of the planned base); the rest are encoded from
 the chunks' verified bytes, walking each tensor's versions oldest first so
-that every chunk is decoded once, two tensors at a time. Version refs are
+that every chunk is decoded once, two tensors at a time (the version checked
+out here is read from its file instead: worktree/checkedout.py). Version refs are
 written as deterministic commits (time 0) and created here, under their
 final names, in one transaction, before any push: a push only sends what
 exists locally.
@@ -36,7 +37,7 @@ from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.decoded import DecodedChunks
 from git_mgit.store.lookup import ANCHOR_PREFIX, filed_by
 from git_mgit.store.packwriter import PackWriter
-from git_mgit.transfer.layout import Candidates, Key, Plan, groups, hashes
+from git_mgit.transfer.layout import Candidates, Key, Plan, Readable, groups, hashes
 from git_mgit.transfer.versions import VersionRef
 
 
@@ -160,12 +161,17 @@ class _Objects:
 
 
 def write(
-    store: ChunkStore, cands: Candidates, plan: Plan, ready: Ready | None = None
+    store: ChunkStore,
+    cands: Candidates,
+    plan: Plan,
+    ready: Ready | None = None,
+    read: Readable | None = None,
 ) -> list[Written]:
     """Write the plan's objects and version refs here; returns them in push order.
 
     `ready` is told of the objects as they become readable, for a store that sends
-    them while the rest are written."""
+    them while the rest are written; `read` gives a chunk's verified bytes where
+    they need no decoding (a checked-out file), else None."""
     chosen = [v for v in cands.order() if v in plan.choices]
     # bases the remote has already (a fine-tune's base) are decoded too, not written
     involved = [*chosen, *{c.base for c in plan.choices.values() if c.base} - set(chosen)]
@@ -184,7 +190,7 @@ def write(
         def tensor(key: Key, group: list[tuple[str, mf.Chunk]]) -> int:
             """One chunk's versions, oldest first (a version's base is newer, so it comes
             later); returns the bytes of the chosen versions it covered."""
-            decoded = DecodedChunks(store, lock=objects.lock)
+            decoded = DecodedChunks(store, lock=objects.lock, read=read)
             at = dict(group)
             done = 0
             for v, c in group:

@@ -26,6 +26,7 @@ from git_mgit.transfer.stores.gitpush import push_limit
 from git_mgit.transfer.stores.refs import PARTIAL_PREFIX
 from git_mgit.transfer.stores.registry import store_for
 from git_mgit.transfer.versions import Published
+from git_mgit.worktree.checkedout import CheckedOut
 
 ZERO = "0" * 40
 
@@ -92,13 +93,17 @@ def push_versions(
         if not cands.publish:
             return report
         _refuse_missing(store, cands)
-        estimates = layout.estimate(store, cands, settings.max_chain_depth)
+        # the version checked out is read from its file, not decoded (to sample, to encode)
+        read = CheckedOut.of(
+            repo, {v: (x.path, x.manifest) for v, x in cands.versions.items()}
+        ).read
+        estimates = layout.estimate(store, cands, settings.max_chain_depth, read)
         plan = layout.decide(cands, estimates, settings.fetch_budget, settings.max_chain_depth)
         report.store = choose(repo, remote, recorded_store(repo, remote, listing))
         target = store_for(repo, remote, report.store)
         report.replaced = list(plan.replaced.values())
         with target.sending(store) as ready:  # a blob store's uploads begin meanwhile
-            report.published = publish.write(store, cands, plan, ready)
+            report.published = publish.write(store, cands, plan, ready, read)
             sent = target.publish(
                 store, report.published, listing, report.replaced, push_limit(repo)
             )

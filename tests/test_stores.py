@@ -15,6 +15,7 @@ import collections
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -548,3 +549,26 @@ def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
         report = push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
     assert stopped_at < written["written"] - stopped_at <= report.uploaded
     assert report.uploaded == len(set(lfs_server.uploads())) == len(lfs_server.uploads())
+
+
+def test_a_push_loads_its_stores_client_while_the_remote_lists(tmp_path: Path) -> None:
+    """The client of the store a push will likely use is imported on a thread of its own
+    (the push lists the remote's refs meanwhile); a version-refs remote imports none."""
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("remote", "add", "origin", (tmp_path / "remote.git").as_uri(), cwd=root)
+    clients = ("git_mgit.transfer.stores.lfs.store", "obstore.store")
+    code = (
+        "import sys, threading\n"
+        "from git_mgit.gitcmd import find_repo\n"
+        "from git_mgit.transfer.stores.registry import warm_up_for\n"
+        "warm_up_for(find_repo(), 'origin')\n"
+        "for t in threading.enumerate():\n"
+        "    if t.name == 'mgit-import': t.join()\n"
+        f"print(*[m for m in {clients!r} if m in sys.modules])\n"
+    )
+    for setting, loaded in (("refs", ""), ("lfs", clients[0]), ("s3://bucket/models", clients[1])):
+        run_git("config", "mgit.store", setting, cwd=root)
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == loaded, setting

@@ -24,7 +24,7 @@ from git_mgit.transfer.remotes import list_versions, remember
 from git_mgit.transfer.stores.choice import RECORD_REF, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
 from git_mgit.transfer.stores.refs import PARTIAL_PREFIX
-from git_mgit.transfer.stores.registry import store_for
+from git_mgit.transfer.stores.registry import store_for, warm_up_for
 from git_mgit.transfer.versions import Published
 from git_mgit.worktree.checkedout import CheckedOut
 
@@ -70,6 +70,7 @@ def push_versions(
     """
     settings = config.load(repo)
     report = Report()
+    warm_up_for(repo, remote)  # the store's client loads while the remote lists its refs
     listing = list_versions(
         repo, remote, f"{PARTIAL_PREFIX}*", "refs/heads/*", "refs/tags/*", RECORD_REF
     )

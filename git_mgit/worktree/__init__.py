@@ -12,4 +12,6 @@ that git never re-reads them (docs/storage.md, "Checking out large models").
 - gitindex: patch stat data of index entries in place
 - session: the filter's side, across the requests of one git command
 - repair: `git mgit checkout`, which (re)writes model files directly
+- checkedout: the other way round, a checked-out version's chunks read back
+  from its file (verified) for a push to encode, instead of decoding them
 """

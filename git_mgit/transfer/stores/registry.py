@@ -10,7 +10,7 @@ from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.transfer.stores.base import Store
 from git_mgit.transfer.stores.blobs import BlobStore
-from git_mgit.transfer.stores.choice import LFS, REFS, S3, Choice, kind_of
+from git_mgit.transfer.stores.choice import LFS, REFS, S3, Choice, choose, kind_of
 
 
 def store_for(repo: Repo, remote: str, choice: Choice) -> Store:
@@ -56,10 +56,24 @@ def warm_up(*kinds: str) -> None:
     meanwhile, and blob_store() then finds them imported (or waits for the import under
     way: Python's import locks see to it)."""
     names = [_CLIENTS[k] for k in kinds if k in _CLIENTS] if kinds else list(_CLIENTS.values())
+    threading.Thread(target=_load, args=(names,), name="mgit-import", daemon=True).start()
+
+
+def warm_up_for(repo: Repo, remote: str) -> None:
+    """Import the client of the store a push to `remote` likely uses (what config says, else
+    Git LFS where the remote has an endpoint) on a thread of its own, while the push lists
+    the remote's refs: the choice itself waits for the listing (a remote may record its
+    store), and the client would otherwise be imported beside the encoding."""
 
     def load() -> None:
-        for name in names:
-            with contextlib.suppress(ImportError):  # said where it is needed, if it is
-                importlib.import_module(name)
+        with contextlib.suppress(MgitError):  # said by the push's own choice, if it is
+            kind = choose(repo, remote).kind
+            _load([_CLIENTS[kind]] if kind in _CLIENTS else [])
 
     threading.Thread(target=load, name="mgit-import", daemon=True).start()
+
+
+def _load(names: list[str]) -> None:
+    for name in names:
+        with contextlib.suppress(ImportError):  # said where it is needed, if it is
+            importlib.import_module(name)

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from git_mgit import manifest as mf
-from git_mgit.dtypes import DTYPES
 from git_mgit.errors import MgitError, NotSafetensors
 from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
-from git_mgit.safetensors_format import header_length, parse_header
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors.dtypes import DTYPES
+from git_mgit.tensors.safetensors_format import header_length, parse_header
 from git_mgit.tracked import filters
 
 CHECKS = ("tracked", "header", "finite", "objects")
@@ -66,7 +66,7 @@ def _finite_checked(path: str, wanted: set[str], allowed: list[str]) -> bool:
 
 
 def _nonfinite(dtype: str, pieces: Iterable[bytes | memoryview]) -> tuple[int, int]:
-    from git_mgit.tensorstats import nonfinite  # numpy: only when a tensor is checked
+    from git_mgit.tensors.stats import nonfinite  # numpy: only when a tensor is checked
 
     return nonfinite(dtype, pieces)
 
@@ -240,7 +240,7 @@ def _check_file(
             return
         if not _finite_checked(path, wanted, allowed):
             return
-        from git_mgit.tensorstats import file_pieces
+        from git_mgit.tensors.stats import file_pieces
 
         for t in header.tensors:
             if _is_float(t.dtype):

@@ -20,11 +20,11 @@ from typing import BinaryIO, Protocol
 from git_mgit import codecs, hashing, malloc
 from git_mgit import manifest as mf
 from git_mgit.config import Settings
-from git_mgit.dtypes import DTYPES
 from git_mgit.errors import MgitError, NotSafetensors
 from git_mgit.progress import Progress
-from git_mgit.safetensors_format import Header, TensorInfo, header_length, parse_header
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors.dtypes import DTYPES
+from git_mgit.tensors.safetensors_format import Header, TensorInfo, header_length, parse_header
 
 Warn = Callable[[str], None]
 

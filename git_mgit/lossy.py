@@ -43,9 +43,9 @@ from git_mgit.lineage.diff import lcs
 from git_mgit.lineage.graph import PROVENANCE
 from git_mgit.lineage.resolve import UnknownModel, Version
 from git_mgit.progress import Progress
-from git_mgit.safetensors_format import Header, TensorInfo, header_length, parse_header
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
+from git_mgit.tensors.safetensors_format import Header, TensorInfo, header_length, parse_header
 from git_mgit.tracked import mgit_filtered
 from git_mgit.transfer.fetch import ensure_local
 

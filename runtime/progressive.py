@@ -40,8 +40,8 @@ from torch import Tensor, nn
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.lineage.api import Lineage
-from git_mgit.multires import Model, load
 from git_mgit.progress import format_size
+from git_mgit.tensors.multires import Model, load
 
 Box = tuple[Tensor, Tensor]  # (low, high), float64
 U32, U64 = 2.0**-24, 2.0**-53

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from hypothesis import strategies as st
 
-from git_mgit.dtypes import DTYPES, DType, nbytes
+from git_mgit.tensors.dtypes import DTYPES, DType, nbytes
 
 TensorSpec = tuple[str, str, Sequence[int], bytes]
 """(name, dtype, shape, raw little-endian data) as build_safetensors takes them."""

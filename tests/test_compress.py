@@ -21,12 +21,13 @@ import pytest
 import torch
 from safetensors.torch import load, load_file, save_file
 
-from git_mgit import codecs, hashing, numerics
+from git_mgit import codecs, hashing
 from git_mgit import manifest as mf
 from git_mgit.codecs.objectformat import Codec
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import Lineage, commit_model, contents, notes, records
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors import numerics
 from tests.gitsandbox import clone, run_git
 from tests.mgitrepo import init_mgit_repo, mgit
 from tests.runtime_repo import ZOO, isolated_home, working_copy, write_user_code
@@ -354,7 +355,7 @@ def test_the_gate_reads_each_metrics_direction_from_its_pass_condition() -> None
 
 def test_tensors_pair_by_name_then_by_a_common_subsequence_of_shapes() -> None:
     from git_mgit.lossy import pair
-    from git_mgit.safetensors_format import TensorInfo
+    from git_mgit.tensors.safetensors_format import TensorInfo
 
     def seg(name: str, shape: tuple[int, ...], dtype: str = "F32") -> mf.Segment:
         return mf.Segment("tensor", 0, 0, (), name, dtype, shape)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-from git_mgit.tensorstats import collect, nonfinite
+from git_mgit.tensors.stats import collect, nonfinite
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, tensors_of
 

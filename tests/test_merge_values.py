@@ -19,8 +19,8 @@ from git_mgit.clean import clean
 from git_mgit.gitcmd import find_repo
 from git_mgit.merge import merge_manifests, views
 from git_mgit.merge.strategy import Rules, Strategy
-from git_mgit.numerics import from_float64, to_float64
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors.numerics import from_float64, to_float64
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo
 from tests.test_numerics import reference, same

@@ -17,8 +17,8 @@ from git_mgit.lineage import contents
 from git_mgit.lineage import diff as model_diff
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import diff_manifests, natural_key
-from git_mgit.numerics import to_float64
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors.numerics import to_float64
 from tests.gitsandbox import commit_files, run_git
 from tests.mgitrepo import init_mgit_repo, mgit
 

@@ -14,15 +14,15 @@ from git_mgit import codecs, hashing
 from git_mgit.codecs import codec
 from git_mgit.codecs.decoder import BytesSource, ChunkDecoder, Level
 from git_mgit.codecs.objectformat import Codec
-from git_mgit.dtypes import DTYPES
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import contents
 from git_mgit.lineage.diff import tensors
-from git_mgit.multires import read_chunk
-from git_mgit.numerics import to_float64
-from git_mgit.planebounds import FLOAT_DTYPES, bounds, known_bits
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors.dtypes import DTYPES
+from git_mgit.tensors.multires import read_chunk
+from git_mgit.tensors.numerics import to_float64
+from git_mgit.tensors.planebounds import FLOAT_DTYPES, bounds, known_bits
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo
 from tests.strategies import build_safetensors, float_bit_patterns

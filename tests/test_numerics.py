@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from git_mgit.numerics import can_compute, from_float64, to_float64
+from git_mgit.tensors.numerics import can_compute, from_float64, to_float64
 
 # name: (exponent bits, mantissa bits, bias, infinities?, largest finite value)
 FORMATS = {

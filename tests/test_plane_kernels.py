@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from git_mgit import codecs, dtypes, hashing
+from git_mgit import codecs, hashing
 from git_mgit.codecs import codec, numpy_planes, planes
 from git_mgit.codecs.objectformat import FLAG_SIGN_BELOW_EXPONENT, Codec, parse_header
 from git_mgit.codecs.planes import Op
 from git_mgit.errors import ObjectCorrupt
+from git_mgit.tensors import dtypes
 
 try:
     from git_mgit.codecs import _native

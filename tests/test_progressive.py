@@ -15,8 +15,8 @@ from git_mgit.codecs import codec
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import Lineage, commit_model
-from git_mgit.planebounds import bounds, known_bits
 from git_mgit.runtime.progressive import evaluate, interval_forward, layers
+from git_mgit.tensors.planebounds import bounds, known_bits
 from tests.mgitrepo import init_mgit_repo
 
 

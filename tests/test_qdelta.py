@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from git_mgit import codecs, hashing, numerics
+from git_mgit import codecs, hashing
 from git_mgit.codecs import codec, qdelta
 from git_mgit.codecs.decoder import BytesSource, ChunkDecoder, Level, decode_all
 from git_mgit.codecs.objectformat import Codec, parse_header
-from git_mgit.dtypes import DTYPES
 from git_mgit.errors import ObjectCorrupt
+from git_mgit.tensors import numerics
+from git_mgit.tensors.dtypes import DTYPES
 
 FLOATS = ["F16", "BF16", "F32", "F64"]
 STEP = qdelta.step_for(1e-4)

@@ -20,9 +20,9 @@ import safetensors.numpy
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from git_mgit.dtypes import DTYPES, U64_MAX, nbytes
 from git_mgit.errors import NotSafetensors
-from git_mgit.safetensors_format import (
+from git_mgit.tensors.dtypes import DTYPES, U64_MAX, nbytes
+from git_mgit.tensors.safetensors_format import (
     MAX_DIMS,
     MAX_HEADER_BYTES,
     MAX_METADATA_ENTRIES,

@@ -23,8 +23,8 @@ from git_mgit.clean import clean
 from git_mgit.errors import NotSafetensors
 from git_mgit.gitcmd import find_repo
 from git_mgit.progress import format_size
-from git_mgit.safetensors_format import header_length, parse_header
-from git_mgit.tensorstats import collect, file_pieces
+from git_mgit.tensors.safetensors_format import header_length, parse_header
+from git_mgit.tensors.stats import collect, file_pieces
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -51,7 +51,7 @@ def _cctx() -> zstandard.ZstdCompressor:
 
 def layout(dtype: str, raw_len: int) -> tuple[int, int | None]:
     """(element width for byte planes, bit the sign moves to or None) for a dtype."""
-    from git_mgit.dtypes import DTYPES, sign_below_exponent
+    from git_mgit.tensors.dtypes import DTYPES, sign_below_exponent
 
     info = DTYPES.get(dtype)
     if info is None or info.bits < 8 or info.bits % 8:

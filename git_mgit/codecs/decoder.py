@@ -195,7 +195,7 @@ class Level:
 
         With `top_planes` (a `planes` or `xor` level only), only that many
         planes are read, most significant first, and the others taken as
-        zeros: the chunk's bits under a mask (multires.py).
+        zeros: the chunk's bits under a mask (tensors/multires.py).
         """
         hdr = self.header
         assert top_planes is None or hdr.codec in (Codec.PLANES, Codec.XOR)

@@ -24,8 +24,8 @@ import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from git_mgit.dtypes import DTYPES, sign_below_exponent
 from git_mgit.errors import ObjectCorrupt
+from git_mgit.tensors.dtypes import DTYPES, sign_below_exponent
 
 MAGIC = b"MGOB"
 # 2: FLAG_SIGN_BELOW_EXPONENT may be set. Version 1 objects (sign rotated to bit 0) still

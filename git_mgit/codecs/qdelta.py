@@ -41,12 +41,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from git_mgit import numerics
 from git_mgit.codecs import planes
 from git_mgit.codecs.codec import FRAME_SIZE, Base, Encoded, _compress_planes
 from git_mgit.codecs.objectformat import QDELTA_DTYPES, Codec, ObjectHeader
 from git_mgit.codecs.planes import Buffer
-from git_mgit.dtypes import DTYPES
+from git_mgit.tensors import numerics
+from git_mgit.tensors.dtypes import DTYPES
 
 _Q_MAX = (1 << 31) - 1
 _WIDTHS = ((0xFF, 1), (0xFFFF, 2), (0xFFFF_FFFF, 4))

@@ -17,11 +17,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from git_mgit import dtypes
 from git_mgit.dql import syntax as s
 from git_mgit.dql.catalog import Catalog
 from git_mgit.dql.errors import Pos, QueryError
 from git_mgit.lineage.diff import natural_key
+from git_mgit.tensors import dtypes
 from git_mgit.tracked import filters
 
 _GROUP = re.compile(r"\$(\d+)")

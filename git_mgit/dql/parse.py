@@ -15,10 +15,10 @@ import string
 from collections.abc import Iterable
 from typing import Any
 
-from git_mgit import dtypes
 from git_mgit.dql import syntax as s
 from git_mgit.dql.errors import Pos, QueryError
 from git_mgit.dql.grammar import parser
+from git_mgit.tensors import dtypes
 
 # What an expected terminal is called in an error message (keywords and punctuation are
 # shown as themselves).

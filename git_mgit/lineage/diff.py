@@ -36,9 +36,9 @@ import numpy as np
 from git_mgit import codecs
 from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
-from git_mgit.numerics import WINDOW, element_width, to_float64
 from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors.numerics import WINDOW, element_width, to_float64
 
 STATUSES = ("changed", "added", "removed", "renamed", "matched", "unchanged")
 

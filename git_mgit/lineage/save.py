@@ -31,7 +31,7 @@ from typing import BinaryIO, TypeVar
 import numpy as np
 from dulwich.index import Index, IndexEntry
 
-from git_mgit import config, dtypes
+from git_mgit import config
 from git_mgit import manifest as mf
 from git_mgit.clean import clean
 from git_mgit.errors import MgitError
@@ -40,6 +40,7 @@ from git_mgit.lineage import contents, records
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.resolve import Version
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors import dtypes
 
 _NUMPY = {np.dtype(code).name: name for name, code in dtypes.NUMPY.items()}  # "float32": "F32"
 _TORCH = {f"torch.{attr}": name for name, attr in dtypes.TORCH.items()}  # "torch.float32": "F32"

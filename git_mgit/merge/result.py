@@ -22,8 +22,8 @@ from git_mgit.errors import ObjectCorrupt
 from git_mgit.merge.threeway import Pick, Plan
 from git_mgit.merge.views import Computed, ModelView, TensorBytes
 from git_mgit.progress import Progress
-from git_mgit.safetensors_format import TensorInfo, parse_header
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors.safetensors_format import TensorInfo, parse_header
 
 
 def header_bytes(plan: Plan) -> bytes:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from git_mgit.merge.strategy import Rules, Strategy
 from git_mgit.merge.views import ModelView, TensorState
-from git_mgit.numerics import can_compute
+from git_mgit.tensors.numerics import can_compute
 
 METADATA = "__metadata__."
 

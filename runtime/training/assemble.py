@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from git_mgit import manifest as mf
-from git_mgit.dtypes import DTYPES
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage.save import serialize_header
 from git_mgit.runtime.training import layout
@@ -28,6 +27,7 @@ from git_mgit.runtime.training.holdings import SAFETENSORS_DTYPES
 from git_mgit.runtime.training.layout import Info
 from git_mgit.runtime.training.objects import Job, Key, ObjectWriter
 from git_mgit.runtime.training.plan import FilePlan, FileTensor, Plan
+from git_mgit.tensors.dtypes import DTYPES
 
 HEADER = "<header>"  # the key of a header's chunks (no tensor has that name)
 RngStates = list[tuple[dict[str, Any], dict[str, torch.Tensor]]]

@@ -39,8 +39,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from git_mgit.clean import CHUNK_HINT
-from git_mgit.dtypes import DTYPES
 from git_mgit.runtime.training import layout
+from git_mgit.tensors.dtypes import DTYPES
 
 SMALL = 1 << 20  # a sharded entry up to this size is assembled whole by one rank
 PIECES = "pieces"  # training file metadata: the row blocks of sharded entries

@@ -32,15 +32,15 @@ from git_mgit.codecs import codec
 from git_mgit.codecs.decoder import AHEAD, BytesSource, ChunkDecoder, Source
 from git_mgit.codecs.objectformat import Codec
 from git_mgit.codecs.workers import ordered
-from git_mgit.dtypes import NUMPY
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import Tensor, tensors
-from git_mgit.numerics import to_float64
-from git_mgit.planebounds import FLOAT_DTYPES, bounds, known_bits
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors.dtypes import NUMPY
+from git_mgit.tensors.numerics import to_float64
+from git_mgit.tensors.planebounds import FLOAT_DTYPES, bounds, known_bits
 from git_mgit.transfer.fetch import ensure_local
 
 _EXACT_IN_FLOAT64 = 1 << 53

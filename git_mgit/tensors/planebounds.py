@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from git_mgit.codecs import planes
-from git_mgit.dtypes import DTYPES
+from git_mgit.tensors.dtypes import DTYPES
 
 # dtype -> (unsigned word, float type the word is) after BF16 is widened to F32's layout
 _WORDS = {

@@ -50,8 +50,8 @@ import re
 from dataclasses import dataclass
 from json.decoder import scanstring
 
-from git_mgit.dtypes import DTYPES, U64_MAX, nbytes
 from git_mgit.errors import NotSafetensors
+from git_mgit.tensors.dtypes import DTYPES, U64_MAX, nbytes
 
 MAX_HEADER_BYTES = 100_000_000  # the reference's MAX_HEADER_SIZE (100 MB, not MiB)
 MAX_TENSORS = 100_000  # beyond this, the file is stored opaque (hostile or absurd)

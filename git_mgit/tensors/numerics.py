@@ -20,7 +20,7 @@ from functools import cache
 
 import numpy as np
 
-from git_mgit.dtypes import DTYPES, NUMPY
+from git_mgit.tensors.dtypes import DTYPES, NUMPY
 
 WINDOW = 1 << 20  # elements converted to float64 at a time (diffs, merges, statistics)
 

@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from git_mgit.numerics import WINDOW, element_width, to_float64
+from git_mgit.tensors.numerics import WINDOW, element_width, to_float64
 
 
 @dataclass

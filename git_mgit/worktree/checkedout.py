@@ -49,7 +49,7 @@ class CheckedOut:
             info, path = entry.split(b"\t", 1)
             _, oid, stage = info.split()
             if stage == b"0":
-                staged[path.decode()] = oid.decode()
+                staged[path.decode("utf-8", "surrogateescape")] = oid.decode()
         spans: dict[bytes, tuple[Path, int, int]] = {}
         for v, (path, m) in versions.items():
             if staged.get(path) != v:

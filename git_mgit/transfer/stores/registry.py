@@ -66,7 +66,8 @@ def warm_up_for(repo: Repo, remote: str) -> None:
     store), and the client would otherwise be imported beside the encoding."""
 
     def load() -> None:
-        with contextlib.suppress(MgitError):  # said by the push's own choice, if it is
+        # best effort: whatever fails here fails again, and is said, in the push's own choice
+        with contextlib.suppress(Exception):
             kind = choose(repo, remote).kind
             _load([_CLIENTS[kind]] if kind in _CLIENTS else [])
 

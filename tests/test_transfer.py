@@ -601,7 +601,8 @@ def test_a_push_encodes_the_checked_out_tip_from_its_file_and_trusts_no_edit(
         assert new and local_chunks(src) >= new  # stored here (as deltas), the remote lacks them
         decoded.clear()
         report = push_versions(find_repo(src), "origin", [head], [commits[-1]], {"refs/heads/main"})
-        assert report.published and commits.append(head) is None
+        assert report.published
+        commits.append(head)
         run_git("push", "-q", "origin", "main", cwd=src)
         return new
 

@@ -16,6 +16,8 @@ from git_mgit import codecs
 from git_mgit.store.chunkstore import ChunkStore
 
 KEEP = 4
+# A chunk's verified bytes where they need no decoding (a checked-out file), else None
+Readable = Callable[[bytes], bytearray | None]
 
 
 class DecodedChunks:
@@ -24,7 +26,7 @@ class DecodedChunks:
         store: ChunkStore,
         keep: int = KEEP,
         lock: AbstractContextManager | None = None,
-        read: Callable[[bytes], bytearray | None] | None = None,
+        read: Readable | None = None,
     ) -> None:
         """`lock`: held while the store is asked where a chunk is (its lookups are not
         thread-safe), not while decoding, when walks run on several threads. `read`: a

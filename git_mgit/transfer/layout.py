@@ -16,20 +16,18 @@ windows (codec.estimate_*), decoding each chunk once, one tensor at a time.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from git_mgit import manifest as mf
 from git_mgit.codecs import codec
 from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.decoded import DecodedChunks
+from git_mgit.store.decoded import DecodedChunks, Readable
 from git_mgit.transfer.history import Version
 
 SAVING = 0.9  # a delta version must store at most this much of its whole size
 
-# A chunk's verified bytes where they need no decoding (a checked-out file), else None
-Readable = Callable[[bytes], bytearray | None]
 # A chunk's place in a version: (tensor name or segment kind, chunk index, dtype, length).
 Key = tuple[str, int, str, int]
 

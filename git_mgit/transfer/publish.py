@@ -34,10 +34,10 @@ from git_mgit.codecs.objectformat import Codec
 from git_mgit.progress import Progress
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.decoded import DecodedChunks
+from git_mgit.store.decoded import DecodedChunks, Readable
 from git_mgit.store.lookup import ANCHOR_PREFIX, filed_by
 from git_mgit.store.packwriter import PackWriter
-from git_mgit.transfer.layout import Candidates, Key, Plan, Readable, groups, hashes
+from git_mgit.transfer.layout import Candidates, Key, Plan, groups, hashes
 from git_mgit.transfer.versions import VersionRef
 
 

@@ -1,5 +1,10 @@
 """Clean: stream a file's bytes in, store its chunks, return its manifest.
 
+A version is stored as deltas of the previous one (its chunks leaning on that
+one's chunk of the same tensor), or whole where that chain would not fit in
+mgit.fetchBudget or mgit.maxChainDepth (store/chains.py): a push then sends
+it as it is stored.
+
 The file arrives from git as a stream of unknown length. The safetensors
 header is read and validated first; then each tensor is read chunk by chunk
 into one of two reusable buffers, hashed on this thread and, when new,
@@ -22,6 +27,7 @@ from git_mgit import manifest as mf
 from git_mgit.config import Settings
 from git_mgit.errors import MgitError, NotSafetensors
 from git_mgit.progress import Progress
+from git_mgit.store.chains import Chain, Chains
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.dtypes import DTYPES
 from git_mgit.tensors.safetensors_format import Header, TensorInfo, header_length, parse_header
@@ -77,7 +83,13 @@ class ManifestBuilder:
     ) -> None:
         self.store, self.settings, self.progress = store, settings, progress
         self.segments: list[mf.Segment] = []
-        self.previous = previous.tensors() if previous else {}
+        self.base = previous
+        self.chains: Chains | None = None
+        self.whole = False  # its new chunks stored whole, as no deltas
+        if previous is not None:  # (nothing to lean on, or hashed only: no chain to keep)
+            self.chains = Chains(store.repo)
+            self.whole = _starts_chain(self.chains.of(store, previous), settings, previous)
+        self.previous = previous.tensors() if previous is not None and not self.whole else {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgit-encode")
         self._buffers: list[memoryview | None] = [None, None]
         self._busy: list[Future | None] = [None, None]
@@ -105,7 +117,7 @@ class ManifestBuilder:
         h = hashing.digest(view)
         self.progress.update(len(view))
         if h in self._submitted or self.store.has(h):
-            return h
+            return h  # stored as it is, in either case (a file added again stays as it was)
         self._submitted.add(h)
         self._busy[slot] = self._pool.submit(self._encode, view, h, dtype, base)
         return h
@@ -184,7 +196,22 @@ class ManifestBuilder:
         self._buffers = [None, None]
         self.store.flush()
         size = sum(s.length for s in self.segments)
-        return mf.Manifest(kind, size, self.settings.chunk_size, self.segments)
+        m = mf.Manifest(kind, size, self.settings.chunk_size, self.segments)
+        if self.chains is not None and not self.whole:
+            self.chains.stored(self.store, m, self.base)
+        return m
+
+
+def _starts_chain(chain: Chain | None, settings: Settings, previous: mf.Manifest) -> bool:
+    """Whether a version after `previous` is stored whole: that one's chain is unknown, or
+    one more version on it (about as large as the last delta on it) would not fit. The first
+    delta on a whole version is always tried: it is stored whole where it does not pay, and
+    the push checks every chain as stored (transfer/layout.py)."""
+    return (
+        chain is None
+        or chain.levels + 1 > settings.max_chain_depth
+        or chain.cost + (chain.own if chain.levels else 0) > settings.fetch_budget * previous.size
+    )
 
 
 def previous_manifest(store: ChunkStore, path: str) -> mf.Manifest | None:

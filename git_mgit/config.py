@@ -6,7 +6,8 @@ mgit.maxChainDepth  longest delta chain a new object may extend (default 8)
 mgit.gcGracePeriod  age below which unreferenced objects survive gc (default 14.days.ago)
 mgit.maxPushSize    most one push may send (default 1.5g, below GitHub's 2 GB push limit);
                     objects follow the smaller of it and mgit.maxObjectSize
-mgit.fetchBudget    a published version fetches at most this times its size (default 2)
+mgit.fetchBudget    a version fetches at most this times its size, as `git add` stores it and
+                    as a push publishes it (default 2)
 mgit.pruneKeep      checkouts younger than this keep their objects in prune (default 7.days.ago)
 
 Sizes take git's size syntax (a number with an optional k, m or g suffix),

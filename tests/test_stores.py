@@ -482,10 +482,12 @@ def test_uploads_begin_while_the_push_still_writes(
     once and a fresh clone byte-exact at every version."""
     from git_mgit.transfer.push import push_versions
 
-    versions = series(3, size=4000)
+    versions = series(4, size=4000)
     root = init_mgit_repo(tmp_path / "src")
     commits = commit_versions(root, versions)
     run_git("config", "mgit.store", "lfs", cwd=root)
+    # no chains: the versions `git add` stored as deltas are published whole, encoded
+    run_git("config", "mgit.maxChainDepth", "0", cwd=root)
     run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
     _packs_handed_over_at_once(monkeypatch)
     written = _hold_write(
@@ -516,8 +518,9 @@ def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
     for key, value in (("lfs.transfer.maxretries", "1"), ("lfs.transfer.maxretrydelay", "0")):
         run_git("config", "--global", key, value, cwd=tmp_path)
     root = init_mgit_repo(tmp_path / "src")
-    commits = commit_versions(root, series(3, size=4000))
+    commits = commit_versions(root, series(4, size=4000))
     run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("config", "mgit.maxChainDepth", "0", cwd=root)  # versions encoded whole: packs written
     url = lfs_server.repo_url()
     run_git("remote", "add", "origin", url, cwd=root)
     packs = root / ".git" / "objects" / "pack"

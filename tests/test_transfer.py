@@ -44,20 +44,26 @@ def series(n: int = VERSIONS, seed: int = 1, step: float = 1e-4) -> list[bytes]:
     return out
 
 
-def source(tmp_path: Path, remote: Remote, versions: list[bytes]) -> tuple[Path, list[str]]:
-    """A repository with one commit per version, pushed to `remote`; the commit ids."""
+def source(
+    tmp_path: Path, remote: Remote, versions: list[bytes], each: bool = False
+) -> tuple[Path, list[str]]:
+    """A repository with one commit per version, pushed to `remote` at the end (its history:
+    older versions go as `git add` stored them) or, `each`, after every commit (each push
+    re-publishes the tip before as a delta of the new one); the commit ids."""
     # Several chunks per tensor; global, so that clones cut files the same way.
     run_git("config", "--global", "mgit.chunkSize", "8192", cwd=tmp_path)
     root = init_mgit_repo(tmp_path / "src")
+    run_git("remote", "add", "origin", remote.url, cwd=root)
     commits = []
     for i, data in enumerate(versions):
         (root / MODEL).write_bytes(data)
         run_git("add", MODEL, cwd=root)
         run_git("commit", "-q", "-m", f"v{i}", cwd=root)
         commits.append(run_git("rev-parse", "HEAD", cwd=root).stdout.strip())
+        if each and i < len(versions) - 1:
+            run_git("push", "-q", "-u", "origin", "main", cwd=root)
     blob = run_git("rev-parse", f"HEAD:{MODEL}", cwd=root).stdout.strip()
     run_git("notes", "--ref=mgit", "add", "-m", '{"name":"tip"}', blob, cwd=root)
-    run_git("remote", "add", "origin", remote.url, cwd=root)
     run_git("push", "-q", "-u", "origin", "main", cwd=root)
     return root, commits
 
@@ -122,17 +128,18 @@ def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each
     assert f"{remote_only} object(s) are on origin only" in fsck.stdout and remote_only
     status = mgit("status", "--rev", commits[0], cwd=other).stdout
     assert "on origin, not fetched" in status
+    fetched = 0
     for commit, data in reversed(list(zip(commits, versions, strict=True))[:-1]):
-        before = listings(store_remote)
-        assert transfers(tmp_path, store_remote, "checkout", "-q", commit, cwd=other) == one_batch(
-            store_remote
-        )
+        before, here = listings(store_remote), local_chunks(other)
+        moved = transfers(tmp_path, store_remote, "checkout", "-q", commit, cwd=other)
+        # one batch, or none where the chain of a version fetched before brought them all
+        assert moved == (one_batch(store_remote) if chunks_at(other, commit) - here else (0, 0))
+        fetched += moved != (0, 0)
         assert (other / MODEL).read_bytes() == data
         assert status_porcelain(other) == ""
-        if before is not None:
-            assert (
-                listings(store_remote) - before == 1
-            )  # one ls-store_remote; the fetch names object ids
+        if before is not None:  # one ls-remote per batch; the fetch names object ids
+            assert listings(store_remote) - before == (moved != (0, 0))
+    assert fetched
     assert local_chunks(other) >= set().union(*(chunks_at(other, c) for c in commits))
     mgit("fsck", cwd=other)
 
@@ -186,7 +193,9 @@ def test_prefetch_then_offline_then_prune_then_fetch_again(
     tmp_path: Path, store_remote: Remote
 ) -> None:
     versions = series()
-    _src, commits = source(tmp_path, store_remote, versions)
+    # pushed a checkpoint at a time: each older version a delta of the next, so the last
+    # two need none of the versions before them
+    _src, commits = source(tmp_path, store_remote, versions, each=True)
     work = clone(store_remote.url, tmp_path / "clone")
     url = store_remote.url
     mgit("fetch", "--recent", "2", cwd=work)
@@ -352,29 +361,32 @@ def test_a_cut_off_push_resumes(tmp_path: Path, bare_remote: Remote) -> None:
     assert (fresh / MODEL).read_bytes() == big
 
 
-def test_tip_is_published_whole_and_older_versions_lean_on_newer_ones(
+def test_a_history_goes_out_as_stored_the_tip_whole_and_a_later_tip_takes_the_old_one_on(
     tmp_path: Path, bare_remote: Remote
 ) -> None:
-    """Small steps: deltas pay, so older versions chain onto the tip (a generous budget)."""
+    """Small steps: `git add` stored each version as deltas of the one before, and the
+    push of the history sends those very objects (nothing encoded), with the tip whole.
+    A later push of one new tip re-publishes the old tip as a delta of the new one."""
     versions = series(4, step=1e-6)
     run_git("config", "--global", "mgit.fetchBudget", "4", cwd=tmp_path)
     src, commits = source(tmp_path, bare_remote, versions)
-    refs = run_git("ls-remote", bare_remote.url, "refs/mgit/v/*", cwd=src).stdout.split()[1::2]
-    tip = run_git("rev-parse", f"{commits[-1]}:{MODEL}", cwd=src).stdout.strip()
-    names = {r.removeprefix("refs/mgit/v/") for r in refs}
-    assert tip in names  # whole: no base in its name
-    assert any("." in n for n in names)  # some older version is a delta of a newer one
+    ids = [run_git("rev-parse", f"{c}:{MODEL}", cwd=src).stdout.strip() for c in commits]
+
+    def names() -> set[str]:
+        out = run_git("ls-remote", bare_remote.url, "refs/mgit/v/*", cwd=src).stdout
+        return {r.removeprefix("refs/mgit/v/") for r in out.split()[1::2]}
+
+    assert names() == {ids[0], f"{ids[1]}.{ids[0]}", f"{ids[2]}.{ids[1]}", ids[3]}
+    published, anchored = filed(src, "refs/mgit/v/"), filed(src, "refs/mgit/objects/")
+    for c in commits[1:3]:
+        own = chunks_at(src, c) - chunks_at(src, f"{c}~1")
+        assert own and all(published[h.hex()] <= anchored[h.hex()] for h in own)  # as stored
     # A new tip: the previous one is re-published as a delta of it (no longer whole).
     (src / MODEL).write_bytes(model_bytes(77, base=tensors_of(versions[-1]), step=1e-6))
     run_git("commit", "-q", "-am", "v4", cwd=src)
     run_git("push", "-q", "origin", "main", cwd=src)
-    names = {
-        r.removeprefix("refs/mgit/v/")
-        for r in run_git("ls-remote", bare_remote.url, "refs/mgit/v/*", cwd=src).stdout.split()[
-            1::2
-        ]
-    }
-    assert tip not in names and any(n.startswith(tip + ".") for n in names)
+    after = names()
+    assert ids[3] not in after and any(n.startswith(ids[3] + ".") for n in after)
     # This clone keeps what it published, not also the forward deltas `git add` wrote.
     published, anchored = filed(src, "refs/mgit/v/"), filed(src, "refs/mgit/objects/")
     assert all(anchored[h] <= published.get(h, anchored[h]) for h in anchored)

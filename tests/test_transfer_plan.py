@@ -9,7 +9,7 @@ import pytest
 
 from git_mgit import config
 from git_mgit.gitcmd import find_repo
-from git_mgit.transfer.layout import Candidates, Estimates, decide
+from git_mgit.transfer.layout import Candidates, Estimates, Stored, decide
 from git_mgit.transfer.local import local_git_dir
 from git_mgit.transfer.versions import Published, VersionRef, parse
 from tests.gitsandbox import init_repo, run_git
@@ -103,6 +103,56 @@ def test_a_remote_tip_is_republished_only_when_what_hangs_on_it_fits() -> None:
     cands.rotations = {old: 5}  # five: 5 x 25 + 25 + 90 > 200
     plan = decide(cands, estimates(v, whole=65, delta=25), budget=2.0, max_levels=8)
     assert old not in plan.choices and plan.replaced == {}
+
+
+def as_stored(cands: Candidates, names: list[str], own: float, whole: set[int]) -> None:
+    """`git add` stored each version as deltas of the one before (`own` bytes), or whole."""
+    cands.parents = {names[i + 1]: names[i] for i in range(len(names) - 1)}
+    cands.stored = {
+        v: Stored(None, 0.0) if i in whole else Stored(names[i - 1], own)
+        for i, v in enumerate(names)
+    }
+
+
+def test_a_history_goes_out_as_stored_and_a_version_over_the_budget_whole() -> None:
+    """fp32 from scratch: deltas barely pay, two in a row spend the budget."""
+    cands, v = candidates(6)
+    as_stored(cands, v, own=47, whole={0})
+    plan = decide(cands, estimates(v, whole=54, delta=47, raw=65), budget=2.0, max_levels=8)
+    c = [plan.choices[x] for x in v]
+    # v2 and v4 would fetch 148 > 130: v2 is whole, so v3 leans on it as stored; v4 is
+    # within reach of the tip, as a delta of it (encoded, like the tip)
+    assert [x.base for x in c] == [None, v[0], None, v[2], v[5], None]
+    assert [x.stored for x in c] == [False, True, False, True, False, False]
+    assert all(x.cost <= 130 for x in c) and plan.push_order().index(v[2]) < 3
+
+
+def test_a_version_over_the_budget_leans_on_the_next_whole_one_and_nothing_loops() -> None:
+    """bf16 fine-tune: `git add` started over at its depth cap (v9); the budget runs out
+    two versions before, which lean on v9 in turn rather than on what leans on them."""
+    cands, v = candidates(12)
+    as_stored(cands, v, own=13, whole={0, 9})
+    plan = decide(cands, estimates(v, whole=44, delta=13, raw=67), budget=2.0, max_levels=8)
+    c = [plan.choices[x] for x in v]
+    assert [x.base for x in c] == [None, *v[0:6], v[8], v[9], None, v[9], None]
+    assert [i for i, x in enumerate(c) if x.stored] == [1, 2, 3, 4, 5, 6, 10]
+    assert all(x.cost <= 134 and x.levels <= 8 for x in c)
+    order = plan.push_order()
+    assert all(order.index(c[i].base) < order.index(x) for i, x in enumerate(v) if c[i].base)
+
+
+def test_the_old_tip_stays_whole_when_the_new_versions_lean_on_it_as_stored() -> None:
+    cands, v = candidates(4)
+    old = v[0]
+    cands.publish, cands.tips = v[1:], {v[3]}
+    cands.rotations, cands.replaced = {old: 0}, {old: VersionRef(old, ()).name}
+    as_stored(cands, v, own=10, whole=set())
+    plan = decide(cands, estimates(v, whole=60, delta=10), budget=2.0, max_levels=8)
+    assert plan.choices[v[1]].base == old and plan.choices[v[1]].stored
+    assert old not in plan.choices and plan.replaced == {}  # v1 leans on it: it stays whole
+    cands.publish, cands.tips, cands.stored = [v[1]], {v[1]}, {}  # one new tip, whole
+    plan = decide(cands, estimates(v, whole=60, delta=10), budget=2.0, max_levels=8)
+    assert plan.choices[old].base == v[1] and plan.replaced == {old: VersionRef(old, ()).name}
 
 
 def test_sizes_and_limits_read_from_git_config(tmp_path: Path) -> None:

@@ -1,16 +1,23 @@
 """How a push lays model versions out on a remote, planned from estimates before writing.
 
-The version at a pushed tip is published whole; every other version may be
-published as deltas of a newer version of its path (its base), when that
-saves at least 10% and its fetch cost (its own objects plus its base's,
-recursively) stays within the budget times its size, and its chain within
-mgit.maxChainDepth versions. Versions are decided newest first, so a base's
-cost is known when its older versions choose it. The remote's previous tip,
-whole until now, may be re-published as a delta of the first new version
-after it under the same rule, counting the versions already chained onto it.
+The version at a pushed tip is published whole. Every other version is
+published, where it can be, as this clone stores it (`stored_forms`): whole,
+or as deltas of the version before it, with the objects `git add` wrote, so
+that nothing is encoded; decided oldest first, when its fetch cost (its own
+objects plus its base's, recursively) stays within the budget times its size
+and its chain within mgit.maxChainDepth versions. A version that does not fit
+is published whole, so that those after it lean on it as stored, or, when a
+whole version comes close after it, as deltas of the next version (its
+successor), like the rest: those are decided newest first, so a base's cost
+is known when its older versions choose it, and a delta must save at least
+10%. They never lean on a version published as stored with a base, which may
+lean on them. The remote's previous tip, whole until now, may be re-published
+as a delta of the first new version after it under the same rule, counting
+the versions already chained onto it, when that one is whole.
 
 Sizes are estimated the way the encoder decides: on the chunks' sample
-windows (codec.estimate_*), decoding each chunk once, one tensor at a time.
+windows (codec.estimate_*), decoding each chunk once, one tensor at a time;
+what a version stored as it is costs is its objects' sizes.
 """
 
 from __future__ import annotations
@@ -22,25 +29,20 @@ from dataclasses import dataclass, field
 from git_mgit import manifest as mf
 from git_mgit.codecs import codec
 from git_mgit.progress import Progress
+from git_mgit.store.chains import Key, hashes, keyed, own_objects
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.decoded import DecodedChunks, Readable
 from git_mgit.transfer.history import Version
 
 SAVING = 0.9  # a delta version must store at most this much of its whole size
 
-# A chunk's place in a version: (tensor name or segment kind, chunk index, dtype, length).
-Key = tuple[str, int, str, int]
 
+@dataclass(frozen=True)
+class Stored:
+    """A version as this clone stores it, which a push publishes without encoding a byte."""
 
-def keyed(m: mf.Manifest) -> dict[Key, mf.Chunk]:
-    return {
-        (c.segment.name or c.segment.kind, c.index, c.segment.dtype or "", c.length): c
-        for c in m.chunks()
-    }
-
-
-def hashes(m: mf.Manifest) -> set[bytes]:
-    return {c.content_hash for c in m.chunks()}
+    base: str | None  # the older version its deltas lean on; None: every chunk whole here
+    own: float  # bytes of its objects that its base does not file
 
 
 @dataclass
@@ -59,6 +61,10 @@ class Candidates:
     # tip -> versions of its declared parent models at the same commit, whole: a fine-tune
     # and its base are checked out together, so the fine-tune may be a delta of the base
     family: dict[str, list[str]] = field(default_factory=dict)
+    # version -> the version before it that `git add` stored it against, where the push
+    # publishes that one or the remote holds it whole
+    parents: dict[str, str] = field(default_factory=dict)
+    stored: dict[str, Stored] = field(default_factory=dict)  # set by stored_forms()
 
     def order(self) -> list[str]:
         """Every version to decide, oldest first (rotations before what they lean on), the
@@ -85,6 +91,12 @@ class Choice:
     base: str | None  # None: published whole
     cost: float  # estimated bytes its checkout fetches into an empty clone
     levels: int  # versions below it on its chain
+    stored: bool = False  # its objects are the ones this clone stores (nothing encoded)
+
+    @property
+    def forward(self) -> bool:
+        """Leaning on an older version: a newer one must not lean on it in turn."""
+        return self.stored and self.base is not None
 
 
 @dataclass
@@ -112,10 +124,13 @@ class Plan:
 
 
 def decide(cands: Candidates, est: Estimates, budget: float, max_levels: int) -> Plan:
-    """Choose, newest first, whole or a base for every candidate version."""
-    choices: dict[str, Choice] = {}
+    """Choose whole or a base for every candidate version: as stored where it fits (oldest
+    first), then the rest newest first."""
+    choices = _forward(cands, est, budget, max_levels)
     replaced: dict[str, str] = {}
     for v in reversed(cands.order()):
+        if v in choices:
+            continue
         whole = Choice(None, est.whole[v], 0)
         best = whole
         options = cands.family.get(v, ()) if v in cands.tips else cands.children.get(v, ())
@@ -124,7 +139,7 @@ def decide(cands: Candidates, est: Estimates, budget: float, max_levels: int) ->
             if below is None and n in cands.family.get(v, ()) and n not in cands.publish:
                 below = Choice(None, est.whole[n], 0)  # published whole on the remote already
             r = est.delta.get((v, n))
-            if below is None or r is None or r > SAVING * est.whole[v]:
+            if below is None or below.forward or r is None or r > SAVING * est.whole[v]:
                 continue
             if v in cands.tips and below.base is not None:
                 continue  # a tip leans only on a whole version
@@ -139,6 +154,80 @@ def decide(cands: Candidates, est: Estimates, budget: float, max_levels: int) ->
             replaced[v] = cands.replaced[v]
         choices[v] = best
     return Plan(choices, {**cands.retire, **replaced})
+
+
+def _forward(
+    cands: Candidates, est: Estimates, budget: float, max_levels: int
+) -> dict[str, Choice]:
+    """The versions published whole or as this clone stores them, decided oldest first.
+
+    Tips (but a fine-tune's, which may lean on its base) and versions stored whole
+    here are whole. A version stored as deltas of the one before is published so
+    when that one is decided and the chain fits; one that does not fit is left to
+    decide() when a whole version close after it can take it as deltas of its
+    successors, and is otherwise whole, so that those after it lean on it."""
+    choices: dict[str, Choice] = {}
+    later = set(cands.rotations) | set(cands.family)
+    leaned_on = {f.base for f in cands.stored.values() if f.base is not None}
+    for v in cands.publish:
+        form = cands.stored.get(v)
+        if v not in later and (v in cands.tips or (form is not None and form.base is None)):
+            choices[v] = Choice(None, est.whole[v], 0)
+    for v in cands.order():
+        form = cands.stored.get(v)
+        if v in choices or v in later or form is None:
+            continue
+        below = choices.get(form.base)  # type: ignore[arg-type]
+        if below is None and form.base not in cands.publish:
+            below = Choice(None, est.whole[form.base], 0)  # type: ignore[index]
+        if below is not None:  # whole, or as stored: nothing here leans on a newer version yet
+            option = Choice(form.base, form.own + below.cost, below.levels + 1, stored=True)
+            if option.levels <= max_levels and option.cost <= budget * est.raw[v]:
+                choices[v] = option
+                continue
+        if v in leaned_on and not _reaches_whole(cands, est, choices, v, budget, max_levels):
+            choices[v] = Choice(None, est.whole[v], 0)
+    return choices
+
+
+def _reaches_whole(
+    cands: Candidates,
+    est: Estimates,
+    choices: dict[str, Choice],
+    v: str,
+    budget: float,
+    max_levels: int,
+) -> bool:
+    """Whether `v` fits as deltas of its successors down to a version decided whole."""
+    cost, levels, at = 0.0, 0, v
+    while levels < max_levels and cost <= budget * est.raw[v]:
+        nexts = cands.children.get(at, [])
+        r = est.delta.get((at, nexts[0])) if len(nexts) == 1 else None
+        if r is None or r > SAVING * est.whole[at]:
+            return False
+        cost, levels, at = cost + r, levels + 1, nexts[0]
+        below = choices.get(at)
+        if below is not None:
+            return below.base is None and cost + below.cost <= budget * est.raw[v]
+    return False
+
+
+def stored_forms(store: ChunkStore, cands: Candidates) -> dict[str, Stored]:
+    """How this clone stores each version to publish, where a push can send it as it is:
+    every chunk its parent lacks held as a delta of the parent's chunk of the same tensor
+    or whole (a delta form), else every chunk held whole (a whole form). A delta form
+    whose objects are all whole is taken as a whole form where there is one."""
+    out: dict[str, Stored] = {}
+    for v in cands.publish:
+        m = cands.versions[v].manifest
+        whole = own_objects(store, m, None)
+        p = cands.parents.get(v)
+        delta = None if p is None else own_objects(store, m, cands.versions[p].manifest)
+        if delta is not None and (delta[1] or whole is None):
+            out[v] = Stored(p, delta[0])
+        elif whole is not None:
+            out[v] = Stored(None, whole[0])
+    return out
 
 
 def groups(
@@ -172,7 +261,11 @@ def estimate(
     on the chunks' sample windows.
     """
     order = cands.order()
-    involved = list(dict.fromkeys([*order, *(n for v in order for n in cands.bases(v))]))
+    involved = list(
+        dict.fromkeys(
+            [*order, *(n for v in order for n in cands.bases(v)), *cands.parents.values()]
+        )
+    )
     est = Estimates()
     whole_of: dict[bytes, float] = {}
     delta_of: dict[tuple[bytes, bytes], float] = {}

@@ -1,10 +1,11 @@
 """Carry out a layout plan here: the objects it needs and the version refs that file them.
 
 Objects this clone already has in the planned form are reused (a chunk
-stored whole, or as a delta of the planned base); the rest are encoded from
-the chunks' verified bytes, walking each tensor's versions oldest first so
-that every chunk is decoded once, two tensors at a time (the version checked
-out here is read from its file instead: worktree/checkedout.py). Version refs are
+stored whole, or as a delta of the planned base; for a version published as
+stored, either): the rest are encoded from the chunks' verified bytes,
+walking each tensor's versions oldest first so that every chunk is decoded
+once, two tensors at a time (the version checked out here is read from its
+file instead: worktree/checkedout.py). Version refs are
 written as deterministic commits (time 0) and created here, under their
 final names, in one transaction, before any push: a push only sends what
 exists locally.
@@ -33,11 +34,12 @@ from git_mgit.codecs.codec import Encoded
 from git_mgit.codecs.objectformat import Codec
 from git_mgit.progress import Progress
 from git_mgit.store import anchors
+from git_mgit.store.chains import Key, hashes
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.decoded import DecodedChunks, Readable
 from git_mgit.store.lookup import ANCHOR_PREFIX, filed_by
 from git_mgit.store.packwriter import PackWriter
-from git_mgit.transfer.layout import Candidates, Key, Plan, groups, hashes
+from git_mgit.transfer.layout import Candidates, Plan, groups
 from git_mgit.transfer.versions import VersionRef
 
 
@@ -131,6 +133,11 @@ class _Objects:
             path.with_suffix(".idx").unlink(missing_ok=True)  # git finds packs by their idx
             path.unlink(missing_ok=True)
 
+    def stored(self, h: bytes, base: bytes) -> tuple[str, int] | None:
+        """The object here filing `h` for a version published as stored: a delta of `base`,
+        else whole (chains.own_objects takes the same)."""
+        return self._existing(h, base) or self._existing(h, None)
+
     def whole_of(self, h: bytes, raw: Raw, dtype: str) -> tuple[str, int]:
         if h not in self.whole:
             found = self._existing(h, None)
@@ -188,8 +195,8 @@ def write(
     try:
 
         def tensor(key: Key, group: list[tuple[str, mf.Chunk]]) -> int:
-            """One chunk's versions, oldest first (a version's base is newer, so it comes
-            later); returns the bytes of the chosen versions it covered."""
+            """One chunk's versions, oldest first (a re-encoded delta's base is newer, so it
+            comes later); returns the bytes of the chosen versions it covered."""
             decoded = DecodedChunks(store, lock=objects.lock, read=read)
             at = dict(group)
             done = 0
@@ -200,11 +207,12 @@ def write(
                 if unpaired and h not in base_hashes.get(v, ()):
                     filed[v][h] = objects.whole_of(h, raw, key[2])
                 levels = choice.levels if choice is not None else 0
-                for older, oc in group:  # the versions leaning on this one: their deltas, now
-                    och = plan.choices.get(older)
-                    if och is None or och.base != v or oc.content_hash in base_hashes[older]:
+                for other, oc in group:  # the versions leaning on this one: their deltas, now
+                    och = plan.choices.get(other)
+                    if och is None or och.base != v or oc.content_hash in base_hashes[other]:
                         continue
-                    filed[older][oc.content_hash] = objects.delta_of(
+                    found = objects.stored(oc.content_hash, h) if och.stored else None
+                    filed[other][oc.content_hash] = found or objects.delta_of(
                         oc.content_hash,
                         partial(decoded.get, oc.content_hash),
                         h,

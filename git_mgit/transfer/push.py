@@ -122,7 +122,8 @@ def candidates(
     store: ChunkStore, pushed: history.Pushed, published: Published, held: dict
 ) -> layout.Candidates:
     """What to publish (versions the remote lacks, tips it has no whole ref of), which newer
-    versions each may lean on, and which of the remote's whole versions may be re-published."""
+    versions each may lean on, which older one each is stored against here (and how), and
+    which of the remote's whole versions may be re-published."""
     tips = {v for v in pushed.tips if not any(r.whole for r in published.by_version.get(v, ()))}
     fresh = [v for v in pushed.versions if not published.holds(v)]
     publish_list = list(dict.fromkeys([*fresh, *(v for v in pushed.tips if v in tips)]))
@@ -133,21 +134,26 @@ def candidates(
             continue
         if older in wanted:
             cands.children.setdefault(older, []).append(newer)
+            cands.parents.setdefault(newer, older)
             continue
         best = published.best(older)
-        if best is None or not best.whole or older in held or older in cands.rotations:
+        if best is None or not best.whole:
             continue
-        if len(published.by_version[older]) > 1:
+        if older not in held and len(published.by_version[older]) > 1:
             # Whole only while it was a tip: it has a delta ref too, which fetches take now.
             cands.retire[older] = best.name
             continue
         if store.missing([c.content_hash for c in pushed.known[older].manifest.chunks()]):
+            continue
+        cands.parents.setdefault(newer, older)  # whole on the remote: it may lean on it
+        if older in held or older in cands.rotations:
             continue
         # The remote's previous tip, whole until now: it may become a delta of the new one.
         cands.rotations[older] = published.hanging(older)
         cands.replaced[older] = best.name
         cands.children.setdefault(older, []).append(newer)
     _families(store, pushed, published, cands)
+    cands.stored = layout.stored_forms(store, cands)
     return cands
 
 

@@ -142,11 +142,11 @@ def test_duplicates_are_stored_once(repo: Path) -> None:
     small = b"small blob"
     with PackWriter(objects_dir(repo)) as pack:
         a = pack.add("blob", [big])
-        b = pack.add("blob", [small])
-        size_before = tmp_pack_size(repo)
+        b = pack.add("blob", [small])  # held, written with the next large one
+        size_before = pack.size
         assert pack.add("blob", [big[:10], big[10:]]) == a
         assert pack.add("blob", [small]) == b
-        assert tmp_pack_size(repo) == size_before and len(pack) == 2
+        assert tmp_pack_size(repo) == pack.size == size_before and len(pack) == 2
         c = pack.add("blob", [b"after the duplicates"])
         commit = anchor(pack, [a, b, c])
         path = pack.finish()
@@ -154,6 +154,34 @@ def test_duplicates_are_stored_once(repo: Path) -> None:
     run_git("update-ref", "refs/heads/main", commit, cwd=repo)
     assert len(verify_pack_objects(repo, path)) == 5  # 3 blobs, tree, commit
     assert cat(repo, a) == big and cat(repo, c) == b"after the duplicates"
+    assert_fsck_clean(repo)
+
+
+def test_small_objects_are_written_in_batches_between_large_ones(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An anchor's trees and pointer files are small: a few writes for a thousand of them,
+    in file order around a large object, and the pack reads back whole."""
+    writes: list[int] = []
+    pwritev = packwriter.os.pwritev
+
+    def counted(fd: int, bufs: list, offset: int) -> int:
+        writes.append(offset)
+        return pwritev(fd, bufs, offset)
+
+    monkeypatch.setattr(packwriter.os, "pwritev", counted)
+    smalls = [f"pointer {i}\n".encode() * 50 for i in range(1000)]
+    big = random.Random(5).randbytes(packwriter.SMALL * 3)
+    with PackWriter(objects_dir(repo)) as pack:
+        oids = [pack.add("blob", [b]) for b in smalls[:500]]
+        oids.append(pack.add("blob", [big]))
+        oids += [pack.add("blob", [b]) for b in smalls[500:]]
+        commit = anchor(pack, oids)
+        path = pack.finish()
+    assert path is not None and len(writes) < 30  # not two or more for each object
+    run_git("update-ref", "refs/heads/main", commit, cwd=repo)
+    assert cat(repo, oids[0]) == smalls[0] and cat(repo, oids[500]) == big
+    assert cat(repo, oids[-1]) == smalls[-1]
     assert_fsck_clean(repo)
 
 

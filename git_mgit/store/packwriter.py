@@ -22,6 +22,9 @@ count at finish() falls back to the re-read. Its entries are built whole
 `built` on git-mgit's cores while the writer's thread hashes and appends
 the ones before: framing and three hashes in one thread held a 1 GiB
 download to that thread's speed.
+Objects under SMALL bytes (trees, commits, pointer files: a version's anchor
+is hundreds of them) are framed whole and written BATCH bytes at a time, not
+with a few system calls each.
 Writeback starts as the pack grows (an fdatasync on a worker every
 WRITEBACK bytes, one at a time), so the disk works while objects are still
 being encoded and the fsync at finish() has only the tail to wait for.
@@ -51,6 +54,8 @@ FULL_BLOCK = b"\x00\xff\xff\x00\x00"  # non-final stored block of BLOCK bytes
 WINDOW = BLOCK * 64  # adler32 and writes walk 4 MiB at a time (fewer syscalls, same speed)
 THREAD_MIN = 1 << 20  # below this, handing SHA-1 to the worker costs more than it saves
 READ_BLOCK = 8 << 20
+SMALL = 16 << 10  # objects below this are framed whole and written in batches
+BATCH = 1 << 20  # bytes of small entries held before they are written
 WRITEBACK = 64 << 20  # bytes appended between two writebacks started
 _DATASYNC = getattr(os, "fdatasync", os.fsync)  # the file's data, not its times
 LARGE_OFFSET = 1 << 31  # idx v2: offsets from here on go to the 64-bit table
@@ -207,6 +212,8 @@ class PackWriter:
         # the trailer and CRC32s as entries are written, where the count is known up front
         self._stream = hashlib.sha1(header) if expected else None
         self._crcs: list[int] = []
+        self._held: list[bytes] = []  # small entries framed, not written yet
+        self._held_at = self._end  # where they go
         try:
             self._pwritev([header], 0)
         except BaseException:
@@ -251,6 +258,9 @@ class PackWriter:
         fd = self._open_fd()
         views = [byte_view(p) for p in parts]
         size = sum(v.nbytes for v in views)
+        if size < SMALL:
+            return self._add_small(frame(kind, views))
+        self._release()
         hasher = hashlib.sha1(object_header(kind, size))
         start = self._end
         hashing: Future[None] | None = None
@@ -274,11 +284,31 @@ class PackWriter:
             self._appended(oid, start, end, fd)
         return oid
 
+    def _add_small(self, entry: Entry) -> bytes:
+        """Hold a small entry, to be written with the ones after it."""
+        if entry.oid not in self._entries:
+            if not self._held:
+                self._held_at = self._end
+            self._held.append(entry.body)
+            self._entries[entry.oid] = (self._end, self._end + len(entry.body))
+            self._end += len(entry.body)
+            if self._end - self._held_at >= BATCH:
+                self._release()
+        return entry.oid
+
+    def _release(self) -> None:
+        """Write the small entries held, in one call."""
+        if self._held:
+            held, self._held = self._held, []
+            self._pwritev(list(held), self._held_at)
+            self._start_writeback(self._open_fd())
+
     def add_entry(self, entry: Entry) -> bytes:
         """Append an entry from frame() (built on any thread); returns its object id."""
         fd = self._open_fd()
         if entry.oid in self._entries:
             return entry.oid
+        self._release()
         start, stream = self._end, self._stream
         # the pack's hash and the write both let go of the GIL: they run side by side
         writing = None
@@ -389,6 +419,7 @@ class PackWriter:
             return None
         fd = self._open_fd()
         try:
+            self._release()
             stream = self._stream if len(self._entries) == self._expected else None
             if stream is None:  # the header's count was a guess, or none: hash the pack now
                 self._pwritev([struct.pack(">I", len(self._entries))], 8)
@@ -440,6 +471,7 @@ class PackWriter:
 
     def abort(self) -> None:
         """Discard the pack; safe to call more than once."""
+        self._held = []
         self._close()
         for tmp in (self._tmp_pack, self._tmp_idx):
             if tmp is not None:

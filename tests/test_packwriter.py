@@ -160,7 +160,7 @@ def test_duplicates_are_stored_once(repo: Path) -> None:
 def test_small_objects_are_written_in_batches_between_large_ones(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An anchor's trees and pointer files are small: a few writes for a thousand of them,
+    """An anchor's trees and pointer files are small: a few writes for thousands of them,
     in file order around a large object, and the pack reads back whole."""
     writes: list[int] = []
     pwritev = packwriter.os.pwritev
@@ -170,17 +170,17 @@ def test_small_objects_are_written_in_batches_between_large_ones(
         return pwritev(fd, bufs, offset)
 
     monkeypatch.setattr(packwriter.os, "pwritev", counted)
-    smalls = [f"pointer {i}\n".encode() * 50 for i in range(1000)]
+    smalls = [f"pointer {i}\n".encode() * (1 + i % 50) for i in range(3000)]  # > IOV_MAX
     big = random.Random(5).randbytes(packwriter.SMALL * 3)
     with PackWriter(objects_dir(repo)) as pack:
-        oids = [pack.add("blob", [b]) for b in smalls[:500]]
+        oids = [pack.add("blob", [b]) for b in smalls[:1500]]
         oids.append(pack.add("blob", [big]))
-        oids += [pack.add("blob", [b]) for b in smalls[500:]]
+        oids += [pack.add("blob", [b]) for b in smalls[1500:]]
         commit = anchor(pack, oids)
         path = pack.finish()
     assert path is not None and len(writes) < 30  # not two or more for each object
     run_git("update-ref", "refs/heads/main", commit, cwd=repo)
-    assert cat(repo, oids[0]) == smalls[0] and cat(repo, oids[500]) == big
+    assert cat(repo, oids[0]) == smalls[0] and cat(repo, oids[1500]) == big
     assert cat(repo, oids[-1]) == smalls[-1]
     assert_fsck_clean(repo)
 

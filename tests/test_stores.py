@@ -504,6 +504,40 @@ def test_uploads_begin_while_the_push_still_writes(
         assert (fresh / MODEL).read_bytes() == data
 
 
+def test_a_push_sends_what_git_add_hashed_without_reading_it_first(
+    lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`git add` hashes each object it writes with SHA-256, as git-lfs does: the push of a
+    history hashes only what it encodes (the tip), and every object it sends has the name
+    the server checks it by; a fresh clone is byte-exact at every version."""
+    from git_mgit.transfer.push import push_versions
+    from git_mgit.transfer.stores import blobs
+
+    versions = series(4, size=4000)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions)
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    hashed: list[int] = []
+    of = blobs.Pointer.of.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type, data: object) -> blobs.Pointer:
+        hashed.append(len(data))  # type: ignore[arg-type]
+        return of(cls, data)
+
+    monkeypatch.setattr(blobs.Pointer, "of", classmethod(counted))
+    report = push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
+    version = run_git("rev-parse", f"HEAD:{MODEL}", cwd=root).stdout.strip()
+    (tip,) = [w for w in report.published if w.ref.version == version]
+    assert report.uploaded > len(hashed) > 0
+    assert len(hashed) <= len(tip.objects)  # the tip's objects, which the push encoded
+    run_git("push", "-q", "origin", "main", cwd=root)
+    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
+    for commit, data in zip(commits, versions, strict=True):
+        run_git("checkout", "-q", commit, cwd=fresh)
+        assert (fresh / MODEL).read_bytes() == data
+
+
 def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
     lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

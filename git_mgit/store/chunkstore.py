@@ -15,6 +15,7 @@ can lead back to where it started.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ class ChunkStore:
         self._pack: PackWriter | None = None
         self._pending: dict[bytes, tuple[bytes, int]] = {}
         self._pending_headers: dict[bytes, tuple[bytes | None, int]] = {}
+        self._pending_sha256: dict[bytes, bytes] = {}
         self._resolved: dict[bytes, Located | None] = {}
         self._refreshed = False
         # Objects read from another repository's packs while they are copied here.
@@ -205,6 +207,12 @@ class ChunkStore:
 
             self._pack = PackWriter(self.repo.objects_dir)
         oid = self._pack.add("blob", encoded.parts)
+        # its name in a Git LFS or S3 store, as git-lfs hashes at `git add`: a push sends it
+        # without reading it first
+        sha256 = hashlib.sha256()
+        for part in encoded.parts:
+            sha256.update(part)
+        self._pending_sha256[content_hash] = sha256.digest()
         self._pending[content_hash] = (oid, encoded.size)
         hdr = encoded.header
         self._pending_headers[content_hash] = (hdr.base_hash, hdr.depth)
@@ -213,9 +221,11 @@ class ChunkStore:
     def flush(self) -> None:
         """Make pending objects visible to git and anchored against gc."""
         pack, pending, headers = self._pack, self._pending, self._pending_headers
+        sha256 = self._pending_sha256
         if pack is None:
             return
         self._pack, self._pending, self._pending_headers = None, {}, {}
+        self._pending_sha256 = {}
         from git_mgit.store import anchors
 
         try:
@@ -228,6 +238,7 @@ class ChunkStore:
         self.cache.add(((h, oid.hex(), size) for h, (oid, size) in pending.items()), commit)
         for h, (oid, _) in pending.items():
             self.cache.set_header(oid.hex(), *headers[h])
+        self.cache.set_sha256((oid.hex(), sha256[h], size) for h, (oid, size) in pending.items())
 
     # -- reading --------------------------------------------------------------
     def source(self, content_hash: bytes, oid: str | None = None) -> Source:

@@ -22,7 +22,7 @@ from git_mgit.store.gitobjects import DIR_MODE, tree_entries
 ANCHOR_PREFIX = "refs/mgit/objects/"
 VERSION_PREFIX = "refs/mgit/v/"
 OBJECT_REFS = (ANCHOR_PREFIX, VERSION_PREFIX)
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
     hash BLOB NOT NULL, oid TEXT NOT NULL, size INTEGER NOT NULL, PRIMARY KEY (hash, oid)
@@ -31,6 +31,11 @@ CREATE TABLE IF NOT EXISTS objects (
 CREATE TABLE IF NOT EXISTS headers (oid TEXT PRIMARY KEY, base BLOB, depth INTEGER NOT NULL)
     WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS anchors (commit_id TEXT PRIMARY KEY) WITHOUT ROWID;
+-- an object's SHA-256 and size (its name in a Git LFS or S3 store), hashed when it was
+-- written: an object's bytes never change, so this outlives the refreshes that start the
+-- tables above over, and a push hashes only what it encodes
+CREATE TABLE IF NOT EXISTS sha256 (oid TEXT PRIMARY KEY, digest BLOB NOT NULL, size INTEGER NOT NULL)
+    WITHOUT ROWID;
 """
 _TABLES = ("objects", "headers", "anchors")
 
@@ -46,7 +51,7 @@ class LookupCache:
         if self.db.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
             # A cache of an older layout: start over (it is rebuilt from refs).
             with self.db:
-                for table in (*_TABLES, "chains"):
+                for table in (*_TABLES, "chains", "sha256"):
                     self.db.execute(f"DROP TABLE IF EXISTS {table}")
                 self.db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         self.db.executescript(_SCHEMA)
@@ -84,6 +89,19 @@ class LookupCache:
     def set_header(self, oid: str, base: bytes | None, depth: int) -> None:
         with self.lock, self.db:
             self.db.execute("INSERT OR REPLACE INTO headers VALUES (?, ?, ?)", (oid, base, depth))
+
+    def sha256(self, oid: str) -> tuple[bytes, int] | None:
+        """(SHA-256, size) of the object's bytes, if hashed when written."""
+        with self.lock:
+            row = self.db.execute(
+                "SELECT digest, size FROM sha256 WHERE oid = ?", (oid,)
+            ).fetchone()
+            return (row[0], row[1]) if row else None
+
+    def set_sha256(self, rows: Iterable[tuple[str, bytes, int]]) -> None:
+        """Remember (oid, SHA-256, size) of objects whose bytes were just hashed."""
+        with self.lock, self.db:
+            self.db.executemany("INSERT OR REPLACE INTO sha256 VALUES (?, ?, ?)", rows)
 
     def refresh(self) -> int:
         """Index ref commits that appeared since the last call (fetch, another process).

@@ -299,8 +299,8 @@ class PackWriter:
     def _release(self) -> None:
         """Write the small entries held, in one call."""
         if self._held:
-            held, self._held = self._held, []
-            self._pwritev(list(held), self._held_at)
+            held, self._held = b"".join(self._held), []  # one buffer: IOV_MAX is 1024
+            self._pwritev([held], self._held_at)
             self._start_writeback(self._open_fd())
 
     def add_entry(self, entry: Entry) -> bytes:

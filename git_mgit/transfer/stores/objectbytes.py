@@ -30,7 +30,13 @@ class ObjectBytes:
         return Pieces(views, None if keep else functools.partial(packs.forget, oid))
 
     def pointer(self, oid: str) -> Pointer:
-        return Pointer.of(self.bytes(oid, keep=True))
+        """The object's pointer: hashed when it was written here, else now (and kept)."""
+        known = self.store.cache.sha256(oid)
+        if known is not None:
+            return Pointer(known[0].hex(), known[1])
+        p = Pointer.of(self.bytes(oid, keep=True))
+        self.store.cache.set_sha256([(oid, bytes.fromhex(p.oid), p.size)])
+        return p
 
     def forget(self, oids: Iterable[str]) -> None:
         """Let the pages of these objects go, where still kept since they were hashed."""

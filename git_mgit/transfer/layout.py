@@ -175,11 +175,11 @@ def _forward(
             choices[v] = Choice(None, est.whole[v], 0)
     for v in cands.order():
         form = cands.stored.get(v)
-        if v in choices or v in later or form is None:
+        if v in choices or v in later or form is None or form.base is None:
             continue
-        below = choices.get(form.base)  # type: ignore[arg-type]
+        below = choices.get(form.base)
         if below is None and form.base not in cands.publish:
-            below = Choice(None, est.whole[form.base], 0)  # type: ignore[index]
+            below = Choice(None, est.whole[form.base], 0)  # whole on the remote
         if below is not None:  # whole, or as stored: nothing here leans on a newer version yet
             option = Choice(form.base, form.own + below.cost, below.levels + 1, stored=True)
             if option.levels <= max_levels and option.cost <= budget * est.raw[v]:
@@ -368,7 +368,8 @@ def _add_kept_whole(store: ChunkStore, older: bytes, max_depth: int) -> bool:
     """Whether the chain had room for `git add` to store the chunk after `older` (its
     candidate delta base, the same tensor's chunk in the version before) as a delta of it.
     The caller knows that chunk is stored whole and as no delta of `older`: where there was
-    room, the delta did not pay then, and does not either way now."""
+    room, the delta did not pay then, or its version started a new chain within the fetch
+    budget (store/chains.py); either way it is priced whole."""
     found = store.resolve(older)
     return found is not None and found.depth + 1 <= max_depth
 

@@ -140,8 +140,9 @@ def push(sh: Shell) -> None:
     heading("3. Push: plain git, the tensor objects travel with the branch")
     sh.run("git", "push", "origin", "main", cwd="work")
     note(
-        "the remote's refs: the branch, plus one version ref per checkpoint: the newest "
-        "whole, older ones as deltas of the next (refs/mgit/v/<version>.<base>)"
+        "the remote's refs: the branch, plus one version ref per checkpoint: the newest whole, "
+        "older ones as `git add` stored them, whole or as deltas of the one before "
+        "(refs/mgit/v/<version>.<base>)"
     )
     refs = sh.run("git", "ls-remote", "origin", cwd="work")
     if not any("\trefs/mgit/v/" in line for line in refs.splitlines()):
@@ -203,15 +204,15 @@ def lfs_bytes(sh: Shell, originals: list[Path]) -> int | None:
 def summary(sh: Shell, originals: list[Path]) -> None:
     heading("5. What it cost")
     note(
-        "the push laid the versions out for fetching (the newest whole, older ones as deltas of "
-        "newer ones); the forward deltas `git add` wrote are superseded here: gc reclaims them"
+        "the push sent the older versions as `git add` stored them and the newest whole; the "
+        "delta `git add` wrote for the newest is superseded here: gc reclaims it"
     )
     sh.run("git", "mgit", "gc", "--prune=now", cwd="work")
     note("per file: raw size, stored size, objects, delta chain depth; first the current version")
     sh.run("git", "mgit", "status", cwd="work")
     first = sh.run("git", "rev-list", "--reverse", "main", "--", CHECKPOINT, cwd="work", show=False)
     note(
-        "then epoch 1: the oldest version, a delta of epoch 2 or whole, as the fetch budget allows"
+        "then epoch 1: the oldest version, whole (each chain starts whole)"
     )
     sh.run("git", "mgit", "status", "--rev", first.split()[0][:12], cwd="work")
     raw = sum(p.stat().st_size for p in originals)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
 from git_mgit.transfer.stores.choice import choose
 from tests.gitsandbox import clone, init_bare_remote, run_git
@@ -536,6 +537,37 @@ def test_a_push_sends_what_git_add_hashed_without_reading_it_first(
     for commit, data in zip(commits, versions, strict=True):
         run_git("checkout", "-q", commit, cwd=fresh)
         assert (fresh / MODEL).read_bytes() == data
+
+
+def test_a_new_tip_on_a_blob_store_leaves_the_old_one_whole(lfs_server, tmp_path: Path) -> None:
+    """A Git LFS store keeps every object it was sent: re-publishing the previous tip as a
+    delta of the new one would add bytes, not replace any, so the old tip's ref stays
+    whole and the push uploads the new tip's objects only."""
+    versions = series(3, size=4000)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions[:2])
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    run_git("push", "-q", "-u", "origin", "main", cwd=root)
+    old = run_git("rev-parse", f"HEAD:{MODEL}", cwd=root).stdout.strip()
+    before = len(lfs_server.uploads())
+    commits += commit_versions(root, versions[2:])
+    run_git("push", "-q", "origin", "main", cwd=root)
+    names = run_git("ls-remote", lfs_server.repo_url(), "refs/mgit/v/*", cwd=root).stdout
+    names = {r.removeprefix("refs/mgit/v/") for r in names.split()[1::2]}
+    new = run_git("rev-parse", f"HEAD:{MODEL}", cwd=root).stdout.strip()
+    assert old in names and not any(n.startswith(old + ".") for n in names) and new in names
+    own = len(chunks_of(root, "HEAD") - chunks_of(root, "HEAD~1"))
+    assert 0 < len(lfs_server.uploads()) - before <= own
+    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
+    for commit, data in zip(commits, versions, strict=True):
+        run_git("checkout", "-q", commit, cwd=fresh)
+        assert (fresh / MODEL).read_bytes() == data
+
+
+def chunks_of(root: Path, rev: str) -> set[bytes]:
+    blob = run_git("cat-file", "blob", f"{rev}:{MODEL}", cwd=root, text=False).stdout
+    return {c.content_hash for c in mf.parse(blob).chunks()}
 
 
 def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(

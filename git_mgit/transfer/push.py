@@ -21,7 +21,7 @@ from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer import history, layout, notes, publish
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.remotes import list_versions, remember
-from git_mgit.transfer.stores.choice import RECORD_REF, Choice, choose, recorded_store
+from git_mgit.transfer.stores.choice import RECORD_REF, REFS, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
 from git_mgit.transfer.stores.refs import PARTIAL_PREFIX
 from git_mgit.transfer.stores.registry import store_for, warm_up_for
@@ -90,7 +90,10 @@ def push_versions(
         held = history.at_commits(
             repo, store.reader, [c for n, c in others.items() if n not in moving]
         )
-        cands = candidates(store, pushed, published, held)
+        if not pushed.versions and not pushed.tips:
+            return report  # no model in what the push brings
+        report.store = choose(repo, remote, recorded_store(repo, remote, listing))
+        cands = candidates(store, pushed, published, held, rotate=report.store.kind == REFS)
         if not cands.publish:
             return report
         _refuse_missing(store, cands)
@@ -100,7 +103,6 @@ def push_versions(
         ).read
         estimates = layout.estimate(store, cands, settings.max_chain_depth, read)
         plan = layout.decide(cands, estimates, settings.fetch_budget, settings.max_chain_depth)
-        report.store = choose(repo, remote, recorded_store(repo, remote, listing))
         target = store_for(repo, remote, report.store)
         report.replaced = list(plan.replaced.values())
         with target.sending(store) as ready:  # a blob store's uploads begin meanwhile
@@ -119,11 +121,17 @@ def push_versions(
 
 
 def candidates(
-    store: ChunkStore, pushed: history.Pushed, published: Published, held: dict
+    store: ChunkStore,
+    pushed: history.Pushed,
+    published: Published,
+    held: dict,
+    rotate: bool = True,
 ) -> layout.Candidates:
     """What to publish (versions the remote lacks, tips it has no whole ref of), which newer
     versions each may lean on, which older one each is stored against here (and how), and
-    which of the remote's whole versions may be re-published."""
+    which of the remote's whole versions may be re-published (`rotate`: on a store that
+    deletes what it replaces; a Git LFS store or a bucket keeps the whole objects anyway,
+    so a delta beside them would add bytes, and work to a push)."""
     tips = {v for v in pushed.tips if not any(r.whole for r in published.by_version.get(v, ()))}
     fresh = [v for v in pushed.versions if not published.holds(v)]
     publish_list = list(dict.fromkeys([*fresh, *(v for v in pushed.tips if v in tips)]))
@@ -146,7 +154,7 @@ def candidates(
         if store.missing([c.content_hash for c in pushed.known[older].manifest.chunks()]):
             continue
         cands.parents.setdefault(newer, older)  # whole on the remote: it may lean on it
-        if older in held or older in cands.rotations:
+        if older in held or older in cands.rotations or not rotate:
             continue
         # The remote's previous tip, whole until now: it may become a delta of the new one.
         cands.rotations[older] = published.hanging(older)

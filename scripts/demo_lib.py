@@ -211,9 +211,7 @@ def summary(sh: Shell, originals: list[Path]) -> None:
     note("per file: raw size, stored size, objects, delta chain depth; first the current version")
     sh.run("git", "mgit", "status", cwd="work")
     first = sh.run("git", "rev-list", "--reverse", "main", "--", CHECKPOINT, cwd="work", show=False)
-    note(
-        "then epoch 1: the oldest version, whole (each chain starts whole)"
-    )
+    note("then epoch 1: the oldest version, whole (each chain starts whole)")
     sh.run("git", "mgit", "status", "--rev", first.split()[0][:12], cwd="work")
     raw = sum(p.stat().st_size for p in originals)
     stored = git_bytes(sh, "work")

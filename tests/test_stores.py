@@ -584,7 +584,9 @@ def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
     for key, value in (("lfs.transfer.maxretries", "1"), ("lfs.transfer.maxretrydelay", "0")):
         run_git("config", "--global", key, value, cwd=tmp_path)
     root = init_mgit_repo(tmp_path / "src")
-    commits = commit_versions(root, series(4, size=4000))
+    # five versions encoded whole, 2 objects each: more than the at most 6 written before
+    # the push stops (the held one, the one before, and 2 per tensor thread after)
+    commits = commit_versions(root, series(6, size=4000))
     run_git("config", "mgit.store", "lfs", cwd=root)
     run_git("config", "mgit.maxChainDepth", "0", cwd=root)  # versions encoded whole: packs written
     url = lfs_server.repo_url()

@@ -85,10 +85,12 @@ class ManifestBuilder:
         self.segments: list[mf.Segment] = []
         self.base = previous
         self.chains: Chains | None = None
+        self.base_chain: Chain | None = None
         self.whole = False  # its new chunks stored whole, as no deltas
         if previous is not None:  # (nothing to lean on, or hashed only: no chain to keep)
             self.chains = Chains(store.repo)
-            self.whole = _starts_chain(self.chains.of(store, previous), settings, previous)
+            self.base_chain = self.chains.of(store, previous)
+            self.whole = _starts_chain(self.base_chain, settings, previous)
         self.previous = previous.tensors() if previous is not None and not self.whole else {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgit-encode")
         self._buffers: list[memoryview | None] = [None, None]
@@ -197,8 +199,8 @@ class ManifestBuilder:
         self.store.flush()
         size = sum(s.length for s in self.segments)
         m = mf.Manifest(kind, size, self.settings.chunk_size, self.segments)
-        if self.chains is not None and not self.whole:
-            self.chains.stored(self.store, m, self.base)
+        if self.chains is not None and self.base is not None and not self.whole:
+            self.chains.stored(self.store, m, self.base, self.base_chain)
         return m
 
 

@@ -20,14 +20,13 @@ is stored whole, which starts a new chain.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 
 from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.gitobjects import object_header
+from git_mgit.store.gitobjects import object_id
 
 FILE = "chains"
 
@@ -55,8 +54,7 @@ def hashes(m: mf.Manifest) -> set[bytes]:
 
 def version_id(m: mf.Manifest) -> str:
     """The git blob id of the manifest: the name version refs give the version."""
-    data = m.render()
-    return hashlib.sha1(object_header("blob", len(data)) + data).hexdigest()
+    return object_id("blob", [m.render()]).hex()
 
 
 def own_objects(
@@ -102,14 +100,16 @@ class Chains:
             return Chain(whole[0], 0, whole[0])
         return self._lookup(version_id(m))
 
-    def stored(self, store: ChunkStore, m: mf.Manifest, base: mf.Manifest) -> None:
-        """Remember the chain of `m`, just stored with `base` as its delta base."""
+    def stored(
+        self, store: ChunkStore, m: mf.Manifest, base: mf.Manifest, below: Chain | None
+    ) -> None:
+        """Remember the chain of `m`, just stored with `base` (whose chain is `below`, as
+        `of` gave it before the add) as its delta base."""
         if own_objects(store, m, None) is not None:
             return  # whole: read off its objects
         vid = version_id(m)
         if self._lookup(vid) is not None:
             return  # added again: stored as it was
-        below = self.of(store, base)
         own = own_objects(store, m, base)
         if below is None or own is None:
             return  # unknown: the next version starts a new chain

@@ -9,6 +9,8 @@ mgit.maxPushSize    most one push may send (default 1.5g, below GitHub's 2 GB pu
 mgit.fetchBudget    a version fetches at most this times its size, as `git add` stores it and
                     as a push publishes it (default 2)
 mgit.pruneKeep      checkouts younger than this keep their objects in prune (default 7.days.ago)
+mgit.directSize     model files from this size up are written around git's buffer (default
+                    16m; 0: never)
 
 Sizes take git's size syntax (a number with an optional k, m or g suffix),
 and may have a fraction (`1.5g`).
@@ -31,7 +33,9 @@ DEFAULT_GRACE = "14.days.ago"
 DEFAULT_MAX_PUSH = 3 * 512 * 1024 * 1024
 DEFAULT_FETCH_BUDGET = 2.0
 DEFAULT_PRUNE_KEEP = "7.days.ago"
-DEFAULT_DIRECT_SIZE = 256 * 1024 * 1024
+# From here up the direct path beats git's buffer on a warm checkout (docs/benchmarks.md,
+# "Checking out through git's buffer or around it"; even at 8 MiB, 2 MiB within noise).
+DEFAULT_DIRECT_SIZE = 16 * 1024 * 1024
 MIN_DIRECT_SIZE = 1024 * 1024  # below this git's buffer costs nothing worth a placeholder
 # Room left under mgit.maxObjectSize for an object's header: at most ~200 bytes
 # and 5 per MiB frame of each plane (under 1 KiB for a 95 MB chunk); this leaves

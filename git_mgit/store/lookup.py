@@ -21,6 +21,8 @@ from git_mgit.store.gitobjects import DIR_MODE, tree_entries
 
 ANCHOR_PREFIX = "refs/mgit/objects/"
 VERSION_PREFIX = "refs/mgit/v/"
+PARTIAL_PREFIX = "refs/mgit/partial/"  # a version ref's parts, while a push sends them
+RECORD_REF = "refs/mgit/store"  # the store a remote records (transfer/stores/choice.py)
 OBJECT_REFS = (ANCHOR_PREFIX, VERSION_PREFIX)
 _SCHEMA_VERSION = 3
 _SCHEMA = """

@@ -24,13 +24,13 @@ from git_mgit.gitcmd import GitError, Repo, env_for
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
-from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_objects, anchor_tips
+from git_mgit.store.lookup import ANCHOR_PREFIX, RECORD_REF, anchor_objects, anchor_tips
 from git_mgit.transfer import guess, notes
 from git_mgit.transfer.local import LocalCopy, git_dir_at, remote_url
 from git_mgit.transfer.remotes import RemoteUnreachable, candidates, list_versions, transfer
 from git_mgit.transfer.stores import pointers, registry
 from git_mgit.transfer.stores.blobs import BlobStoreError
-from git_mgit.transfer.stores.choice import RECORD_REF, S3
+from git_mgit.transfer.stores.choice import S3
 from git_mgit.transfer.versions import Published, VersionRef
 
 _ROUNDS = 3  # a ref re-published between our listing and our fetch: list again

@@ -20,10 +20,9 @@ from git_mgit.progress import format_size
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer import history, layout, notes, publish
 from git_mgit.transfer.publish import Written
-from git_mgit.transfer.remotes import list_versions, remember
-from git_mgit.transfer.stores.choice import RECORD_REF, REFS, Choice, choose, recorded_store
+from git_mgit.transfer.remotes import PUSH_PATTERNS, Listing, list_versions, remember
+from git_mgit.transfer.stores.choice import REFS, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
-from git_mgit.transfer.stores.refs import PARTIAL_PREFIX
 from git_mgit.transfer.stores.registry import store_for, warm_up_for
 from git_mgit.transfer.versions import Published
 from git_mgit.worktree.checkedout import CheckedOut
@@ -51,29 +50,36 @@ class Report:
     store: Choice | None = None  # where they went
 
 
-def pre_push(repo: Repo, remote: str, updates: Sequence[Update]) -> Report:
-    """Publish what the updates bring, then push the notes; raises MgitError to stop the push."""
+def pre_push(
+    repo: Repo, remote: str, updates: Sequence[Update], listing: Listing | None = None
+) -> Report:
+    """Publish what the updates bring, then push the notes; raises MgitError to stop the push.
+    `listing`: push_listing(remote), begun earlier."""
     tips = [u.local_oid for u in updates if u.local_oid != ZERO]
     old = [u.remote_oid for u in updates if u.remote_oid != ZERO]
-    report = push_versions(repo, remote, tips, old, {u.remote_ref for u in updates})
+    report = push_versions(repo, remote, tips, old, {u.remote_ref for u in updates}, listing)
     notes.push(repo, remote)
     return report
 
 
 def push_versions(
-    repo: Repo, remote: str, tips: Sequence[str], old_tips: Sequence[str], moving: set[str]
+    repo: Repo,
+    remote: str,
+    tips: Sequence[str],
+    old_tips: Sequence[str],
+    moving: set[str],
+    started: Listing | None = None,
 ) -> Report:
     """Publish every version the commits `tips` bring that the remote lacks.
 
     `old_tips` are the remote refs' values the push replaces (their versions may be
-    re-published as deltas of the new ones); `moving` names those remote refs.
+    re-published as deltas of the new ones); `moving` names those remote refs;
+    `started`: the remote's listing (push_listing), begun earlier.
     """
     settings = config.load(repo)
     report = Report()
     warm_up_for(repo, remote)  # the store's client loads while the remote lists its refs
-    listing = list_versions(
-        repo, remote, f"{PARTIAL_PREFIX}*", "refs/heads/*", "refs/tags/*", RECORD_REF
-    )
+    listing = list_versions(repo, remote, *PUSH_PATTERNS, started=started)
     published = Published.from_listing(listing)
     here = repo.existing([*tips, *old_tips, *listing.values()])
     others = {

@@ -23,7 +23,10 @@ for the repository or the bucket's objects as listed); fresh clones (median of
 Then a model of 1 GiB (`--quick`: 128 MiB) is pushed and cloned through each
 pointer store, and by git-lfs, and the objects git-mgit pushed are moved again
 by a plain client speaking the store's own protocol at the same concurrency
-(store_clients.py, a process of its own): GB/s of model bytes for all.
+(store_clients.py, a process of its own): GB/s of model bytes for all. Each
+round also times a copy of the model into a new file (not synced, as a
+checkout leaves it): what writing the model's bytes alone costs on this disk,
+which every clone pays and the plain client, keeping bytes in memory, does not.
 
 Server data, clones and sources live under the scratch folder (disk). Sizes
 are apparent sizes of every file.
@@ -39,6 +42,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,7 +307,10 @@ def bench_transfer(srv: Servers, size_mib: int, rounds: int) -> dict[str, Any]:
         t: {k: [] for k in keys} for t in (LFS, S3, GIT_LFS, *RAW.values())
     }
     objects: dict[str, int] = {}
+    writes: list[float] = []
     for i, tool in enumerate(_rotations((LFS, S3, GIT_LFS), rounds)):
+        if i % 3 == 0:
+            writes.append(_new_file(model, work / "written"))
         name = f"big{i}-{_slug(tool)}"
         remote = new_remote(srv, tool, name)
         src = lfs_src if tool == GIT_LFS else _copy(mgit, work / name, env, remote.store or "")
@@ -329,7 +336,17 @@ def bench_transfer(srv: Servers, size_mib: int, rounds: int) -> dict[str, Any]:
         "concurrency": CONCURRENCY,
         "object_bytes": objects,
         "tools": samples,
+        "new_file_s": writes,
     }
+
+
+def _new_file(model: Path, dest: Path) -> float:
+    """Seconds to copy `model` (cached) into a new file `dest`, deleted after."""
+    start = time.perf_counter()
+    shutil.copyfile(model, dest)
+    seconds = time.perf_counter() - start
+    dest.unlink()
+    return seconds
 
 
 def bench(scratch: Path, env: dict[str, str], quick: bool) -> dict[str, Any]:

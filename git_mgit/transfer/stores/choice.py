@@ -22,9 +22,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
+from git_mgit.store.lookup import RECORD_REF
 
 REFS, LFS, S3 = "refs", "lfs", "s3"
-RECORD_REF = "refs/mgit/store"
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,12 @@ from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.lookup import anchor_objects, anchor_tips
+from git_mgit.store.lookup import RECORD_REF, anchor_objects, anchor_tips
 from git_mgit.transfer.fetch import keep_replaced
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.remotes import list_versions, transfer
 from git_mgit.transfer.stores import pointers
-from git_mgit.transfer.stores.choice import RECORD_REF, REFS, Choice, parse_record, record_text
+from git_mgit.transfer.stores.choice import REFS, Choice, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_limit
 from git_mgit.transfer.stores.objectbytes import ObjectBytes
 from git_mgit.transfer.stores.registry import store_for

@@ -26,13 +26,13 @@ from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.lookup import ANCHOR_PREFIX
+from git_mgit.store.lookup import ANCHOR_PREFIX, RECORD_REF
 from git_mgit.store.packwriter import PackWriter, built
 from git_mgit.transfer.publish import Ready, Written
 from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
 from git_mgit.transfer.stores.blobs import BlobStore, Pointer
-from git_mgit.transfer.stores.choice import RECORD_REF, parse_record, record_text
+from git_mgit.transfer.stores.choice import parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_refs
 from git_mgit.transfer.stores.registry import blob_store
 from git_mgit.transfer.stores.upload import Upload

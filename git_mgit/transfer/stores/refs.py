@@ -26,13 +26,12 @@ from collections.abc import Sequence
 
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.lookup import VERSION_PREFIX, anchor_objects
+from git_mgit.store.lookup import PARTIAL_PREFIX, VERSION_PREFIX, anchor_objects
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.stores.base import Sent, Store
 from git_mgit.transfer.stores.gitpush import push, push_refs
 from git_mgit.transfer.versions import VersionRef
 
-PARTIAL_PREFIX = "refs/mgit/partial/"
 _ENTRY_OVERHEAD = 200  # tree entries and pack headers per object, in the size estimate
 
 

@@ -20,9 +20,9 @@ def run(args: list[str], stdin: bytes) -> int:
     """args: remote name (or URL) and URL; stdin: `<local ref> <local oid> <remote ref> <remote oid>` lines."""
     if not args:
         return 0
-    # git runs the hook in the repository: the remote lists its refs while the push's
-    # modules load (0.1 s each on a small VM)
-    listing = push_listing(args[0])
+    # the remote lists its refs while the push's modules load (0.1 s each on a small VM)
+    repo = find_repo()
+    listing = push_listing(repo, args[0])
     try:
         from git_mgit.transfer.push import Update, describe, pre_push
 
@@ -31,7 +31,7 @@ def run(args: list[str], stdin: bytes) -> int:
             for f in (line.split() for line in stdin.decode().splitlines())
             if len(f) == 4
         ]
-        report = pre_push(find_repo(), args[0], updates, listing)
+        report = pre_push(repo, args[0], updates, listing)
     finally:
         listing.close()
     if report.published and sys.stderr.isatty():

@@ -45,6 +45,17 @@ class Located:
     depth: int  # levels below it on the chain the reads take (0: standalone)
 
 
+@dataclass(frozen=True)
+class _Written:
+    """An object put() wrote into the pack under way, as flush() files it."""
+
+    oid: bytes
+    size: int
+    base: bytes | None  # its header's delta base, None when standalone
+    depth: int
+    sha256: bytes  # of its bytes: its name in a Git LFS or S3 store
+
+
 class ChunkStore:
     def __init__(self, repo: Repo) -> None:
         self.repo = repo
@@ -52,9 +63,7 @@ class ChunkStore:
         self.reader = ObjectReader(repo.worktree or repo.git_dir)
         self.packs = PackReader(repo.objects_dir)
         self._pack: PackWriter | None = None
-        self._pending: dict[bytes, tuple[bytes, int]] = {}
-        self._pending_headers: dict[bytes, tuple[bytes | None, int]] = {}
-        self._pending_sha256: dict[bytes, bytes] = {}
+        self._pending: dict[bytes, _Written] = {}  # content hash -> object, until flush()
         self._resolved: dict[bytes, Located | None] = {}
         self._refreshed = False
         # Objects read from another repository's packs while they are copied here.
@@ -110,8 +119,7 @@ class ChunkStore:
         """(oid, size, base, header depth) of every object holding the chunk."""
         pending = self._pending.get(content_hash)
         if pending is not None:
-            base, depth = self._pending_headers[content_hash]
-            return [(pending[0].hex(), pending[1], base, depth)]
+            return [(pending.oid.hex(), pending.size, pending.base, pending.depth)]
         self._refresh_once()
         out = []
         listed = self.cache.candidates(content_hash)
@@ -212,33 +220,31 @@ class ChunkStore:
         sha256 = hashlib.sha256()
         for part in encoded.parts:
             sha256.update(part)
-        self._pending_sha256[content_hash] = sha256.digest()
-        self._pending[content_hash] = (oid, encoded.size)
         hdr = encoded.header
-        self._pending_headers[content_hash] = (hdr.base_hash, hdr.depth)
+        self._pending[content_hash] = _Written(
+            oid, encoded.size, hdr.base_hash, hdr.depth, sha256.digest()
+        )
         self._resolved.pop(content_hash, None)
 
     def flush(self) -> None:
         """Make pending objects visible to git and anchored against gc."""
-        pack, pending, headers = self._pack, self._pending, self._pending_headers
-        sha256 = self._pending_sha256
+        pack, pending = self._pack, self._pending
         if pack is None:
             return
-        self._pack, self._pending, self._pending_headers = None, {}, {}
-        self._pending_sha256 = {}
+        self._pack, self._pending = None, {}
         from git_mgit.store import anchors
 
         try:
-            commit = anchors.write_anchor(pack, [(h, oid) for h, (oid, _) in pending.items()])
+            commit = anchors.write_anchor(pack, [(h, w.oid) for h, w in pending.items()])
             pack.finish()
         except BaseException:
             pack.abort()
             raise
         anchors.set_ref(self.repo, commit)
-        self.cache.add(((h, oid.hex(), size) for h, (oid, size) in pending.items()), commit)
-        for h, (oid, _) in pending.items():
-            self.cache.set_header(oid.hex(), *headers[h])
-        self.cache.set_sha256((oid.hex(), sha256[h], size) for h, (oid, size) in pending.items())
+        self.cache.add(((h, w.oid.hex(), w.size) for h, w in pending.items()), commit)
+        for w in pending.values():
+            self.cache.set_header(w.oid.hex(), w.base, w.depth)
+        self.cache.set_sha256((w.oid.hex(), w.sha256, w.size) for w in pending.values())
 
     # -- reading --------------------------------------------------------------
     def source(self, content_hash: bytes, oid: str | None = None) -> Source:

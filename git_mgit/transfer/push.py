@@ -20,7 +20,7 @@ from git_mgit.progress import format_size
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer import history, layout, notes, publish
 from git_mgit.transfer.publish import Written
-from git_mgit.transfer.remotes import PUSH_PATTERNS, Listing, list_versions, remember
+from git_mgit.transfer.remotes import Listing, push_listing, remember, remembered
 from git_mgit.transfer.stores.choice import REFS, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
 from git_mgit.transfer.stores.registry import store_for, warm_up_for
@@ -54,7 +54,7 @@ def pre_push(
     repo: Repo, remote: str, updates: Sequence[Update], listing: Listing | None = None
 ) -> Report:
     """Publish what the updates bring, then push the notes; raises MgitError to stop the push.
-    `listing`: push_listing(remote), begun earlier."""
+    `listing`: push_listing(repo, remote), begun earlier."""
     tips = [u.local_oid for u in updates if u.local_oid != ZERO]
     old = [u.remote_oid for u in updates if u.remote_oid != ZERO]
     report = push_versions(repo, remote, tips, old, {u.remote_ref for u in updates}, listing)
@@ -79,7 +79,7 @@ def push_versions(
     settings = config.load(repo)
     report = Report()
     warm_up_for(repo, remote)  # the store's client loads while the remote lists its refs
-    listing = list_versions(repo, remote, *PUSH_PATTERNS, started=started)
+    listing = remembered(repo, started or push_listing(repo, remote))
     published = Published.from_listing(listing)
     here = repo.existing([*tips, *old_tips, *listing.values()])
     others = {

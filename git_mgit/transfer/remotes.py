@@ -52,7 +52,7 @@ def candidates(repo: Repo) -> list[str]:
 
 # What a push lists beside the version refs: parts of an unfinished push, the branches and
 # tags (whose versions the remote holds), and the store the remote records.
-PUSH_PATTERNS = (f"{PARTIAL_PREFIX}*", "refs/heads/*", "refs/tags/*", RECORD_REF)
+_PUSH_PATTERNS = (f"{PARTIAL_PREFIX}*", "refs/heads/*", "refs/tags/*", RECORD_REF)
 
 
 class Listing:
@@ -61,9 +61,9 @@ class Listing:
     def __init__(
         self, remote: str, patterns: Sequence[str], cwd: str | os.PathLike[str] | None = None
     ) -> None:
-        self.remote, self.patterns = remote, tuple(patterns)
+        self.remote = remote
         self._proc = subprocess.Popen(
-            ["git", "ls-remote", remote, *self.patterns],
+            ["git", "ls-remote", remote, *patterns],
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -88,19 +88,23 @@ class Listing:
 
     def close(self) -> None:
         """Stop it, if nobody read it."""
-        if self._proc.poll() is None:
+        if self._proc.returncode is None:
             self._proc.kill()
-        self._proc.communicate()
+            self._proc.communicate()
 
 
 def ls_remote(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:
     """refname -> object id of the remote's refs matching `patterns` (git ls-remote globs)."""
-    return Listing(remote, patterns, repo.worktree or repo.git_dir).refs()
+    return Listing(remote, patterns, _cwd(repo)).refs()
 
 
-def push_listing(remote: str, cwd: str | os.PathLike[str] | None = None) -> Listing:
-    """What a push to `remote` lists (list_versions with PUSH_PATTERNS), started now."""
-    return Listing(remote, (f"{VERSION_PREFIX}*", *PUSH_PATTERNS), cwd)
+def push_listing(repo: Repo, remote: str) -> Listing:
+    """What a push to `remote` lists (its version refs and _PUSH_PATTERNS), started now."""
+    return Listing(remote, (f"{VERSION_PREFIX}*", *_PUSH_PATTERNS), _cwd(repo))
+
+
+def _cwd(repo: Repo) -> os.PathLike[str]:
+    return repo.worktree or repo.git_dir
 
 
 def transfer(repo: Repo, *args: str) -> None:
@@ -129,21 +133,19 @@ def transfer(repo: Repo, *args: str) -> None:
         raise GitError(f"git {command} failed: {what}", detail)
 
 
-def list_versions(
-    repo: Repo, remote: str, *patterns: str, started: Listing | None = None
-) -> dict[str, str]:
-    """The remote's version refs (and refs matching `patterns`), as ls_remote; `started`:
-    the same listing, begun earlier.
+def list_versions(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:
+    """The remote's version refs (and refs matching `patterns`), as ls_remote, remembered."""
+    return remembered(repo, Listing(remote, (f"{VERSION_PREFIX}*", *patterns), _cwd(repo)))
+
+
+def remembered(repo: Repo, started: Listing) -> dict[str, str]:
+    """What a listing of version refs (among others) found.
 
     What it lists of version refs is kept in .git/mgit/remotes/ (a note of what
     the remote held when last asked), for commands that do not go online.
     """
-    if started is None:
-        listing = ls_remote(repo, remote, f"{VERSION_PREFIX}*", *patterns)
-    else:
-        assert started.patterns == (f"{VERSION_PREFIX}*", *patterns), started.patterns
-        listing = started.refs()
-    remember(repo, remote, listing)
+    listing = started.refs()
+    remember(repo, started.remote, listing)
     return listing
 
 

@@ -411,9 +411,7 @@ def test_a_push_and_a_clone_cut_off_midway_resume_without_sending_anything_twice
         proxy.clear()
         run_git("checkout", "-q", "-f", "HEAD", cwd=work)
         assert (work / MODEL).read_bytes() == versions[-1]
-        for commit, data in zip(commits, versions, strict=True):
-            run_git("checkout", "-q", commit, cwd=work)
-            assert (work / MODEL).read_bytes() == data
+        checks_out_every_version(work, commits, versions)
         gets = [
             r.target.split("?")[0]
             for r in proxy.requests
@@ -500,9 +498,7 @@ def test_uploads_begin_while_the_push_still_writes(
     run_git("push", "-q", "origin", "main", cwd=root)
     assert len(lfs_server.uploads()) == len(uploads)  # the hook found it all published
     fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
-    for commit, data in zip(commits, versions, strict=True):
-        run_git("checkout", "-q", commit, cwd=fresh)
-        assert (fresh / MODEL).read_bytes() == data
+    checks_out_every_version(fresh, commits, versions)
 
 
 def test_a_push_sends_what_git_add_hashed_without_reading_it_first(
@@ -534,9 +530,7 @@ def test_a_push_sends_what_git_add_hashed_without_reading_it_first(
     assert len(hashed) <= len(tip.objects)  # the tip's objects, which the push encoded
     run_git("push", "-q", "origin", "main", cwd=root)
     fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
-    for commit, data in zip(commits, versions, strict=True):
-        run_git("checkout", "-q", commit, cwd=fresh)
-        assert (fresh / MODEL).read_bytes() == data
+    checks_out_every_version(fresh, commits, versions)
 
 
 def test_a_new_tip_on_a_blob_store_leaves_the_old_one_whole(lfs_server, tmp_path: Path) -> None:
@@ -560,9 +554,7 @@ def test_a_new_tip_on_a_blob_store_leaves_the_old_one_whole(lfs_server, tmp_path
     own = len(chunks_of(root, "HEAD") - chunks_of(root, "HEAD~1"))
     assert 0 < len(lfs_server.uploads()) - before <= own
     fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
-    for commit, data in zip(commits, versions, strict=True):
-        run_git("checkout", "-q", commit, cwd=fresh)
-        assert (fresh / MODEL).read_bytes() == data
+    checks_out_every_version(fresh, commits, versions)
 
 
 def chunks_of(root: Path, rev: str) -> set[bytes]:

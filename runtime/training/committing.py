@@ -81,10 +81,15 @@ class Stats:
     new_raw: int = 0
     stored: int = 0
     objects: int = 0
+    deltas: int = 0
     seconds: float = 0.0
     threads: int = 0
     encoder_cpu_s: float = 0.0
     encoder_memory: int = 0  # the encoders' private memory at their peaks, summed
+    # seconds from the commit's start until: the staged copies were ready, small entries
+    # exchanged, every chunk encoded, every encoder's pack finished, this rank's anchor
+    # written (and published), every rank's part gathered, and (rank 0) the commit made
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def make(world: World, repo: Repo, run: RunCommitter | None, remote: str | None) -> RankCommitter:
@@ -157,39 +162,54 @@ class RankCommitter:
     def __call__(self, taken: Taken) -> Committed | None:
         failure: BaseException | None = None
         began = time.perf_counter()
+        phases: dict[str, float] = {}
+
+        def reached(phase: str) -> None:
+            phases[phase] = time.perf_counter() - began
+
         mine: dict[Key, bytes] = {}
         anchor = None
         try:
             taken.staged.ready()
         except BaseException as exc:  # still take part in the collectives below
             failure = exc
+        reached("staged")
         assembled = self._exchange(taken, failure is None)
         if failure is None:
             try:
                 count = cores.available()
+                reached("exchanged")
                 written = self.objects.write(self._jobs(taken, assembled), count)
                 mine, anchor = written.hashes, written.anchor
                 if anchor is not None and self.remote is not None:
                     self._publish(anchor)
+                reached("anchored")
+                phases["encoded"] = phases["exchanged"] + written.encode_s
+                phases["finished"] = phases["exchanged"] + written.finish_s
                 self.stats = Stats(
                     written.raw,
                     written.new_raw,
                     written.stored,
                     written.objects,
+                    written.deltas,
                     time.perf_counter() - began,
                     count,
                     written.cpu_s,
                     written.peak_anon,
+                    phases,
                 )
                 self.history.append(self.stats)
             except BaseException as exc:
                 failure = exc
         parts = self._gather(taken, mine, anchor, failure)
+        reached("gathered")
         if failure is not None:
             raise failure
         if not self.world.writer:
             return None
-        return self._commit(taken, parts)
+        committed = self._commit(taken, parts)
+        reached("committed")
+        return committed
 
     def close(self) -> None:
         """Stop this rank's encoder processes (the committer is not used after)."""

@@ -57,9 +57,12 @@ class Written:
     new_raw: int = 0  # bytes of chunks that were not stored yet
     stored: int = 0  # bytes of the objects written
     objects: int = 0
+    deltas: int = 0  # objects written as deltas of an earlier chunk
     anchor: str | None = None
     cpu_s: float = 0.0  # the encoders' CPU time
     peak_anon: int = 0  # the encoders' private memory at their peaks, summed
+    encode_s: float = 0.0  # until every chunk was encoded
+    finish_s: float = 0.0  # until every encoder's pack was finished (durable)
 
 
 class ObjectWriter:
@@ -99,6 +102,7 @@ class ObjectWriter:
                 out.new_raw += len(job.data)
                 out.stored += r.size
                 out.objects += 1
+                out.deltas += r.base is not None
                 # two encoders may store the same content: the first one's object is the one
                 # anchored and looked up (the other, unreferenced, goes at the next gc)
                 depth = added.setdefault(r.content_hash, (r.oid, r.size, r.base, r.depth))[3]
@@ -110,6 +114,7 @@ class ObjectWriter:
         except EncoderError as exc:
             raise CheckpointError(f"storing this rank's chunks failed: {exc}") from None
         out.cpu_s, out.peak_anon = report["cpu_s"], report["peak_anon"]
+        out.encode_s, out.finish_s = report["encode_s"], report["finish_s"]
         if not added:
             return out
         pack = PackWriter(self.repo.objects_dir)

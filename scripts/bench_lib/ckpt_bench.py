@@ -156,6 +156,7 @@ def summarize(ranks: list[dict[str, Any]]) -> dict[str, Any]:
             "stored_first": stored[0] if stored else None,
             "peak_rss_rise": max(m["rss_peak"] - m["rss_base"] for m in per_rank),
             "peak_rss": max(m["rss_peak"] for m in per_rank),
+            "commits": [_commit_line(w) for w in per_rank[0].get("writer_stats", [])],
         }
     out["modes"] = modes
     tp = next((r["throughput"] for r in ranks if "throughput" in r), None)
@@ -165,6 +166,17 @@ def summarize(ranks: list[dict[str, Any]]) -> dict[str, Any]:
             for t in tp
         ]
     return out
+
+
+def _commit_line(stats: dict[str, Any]) -> str:
+    """Where one of rank 0's commits spent its time (seconds from its start), and its work."""
+    p = stats["phases"]
+    marks = ("encoded", "finished", "anchored", "gathered", "committed")
+    return (
+        ", ".join(f"{m} {p[m]:.2f}" for m in marks if m in p)
+        + f" s; encoders {stats['encoder_cpu_s']:.1f} CPU s; {stats['objects']} objects, "
+        f"{stats['deltas']} deltas, {stats['stored'] / GB:.3f} GB"
+    )
 
 
 def _cell(v: float | None, fmt: str) -> str:
@@ -206,6 +218,11 @@ def table(data: dict[str, Any]) -> str:
             f"| {'-' if stored is None else f'{stored / GB:.3f} GB'} "
             f"| {m['peak_rss_rise'] / GB:.2f} GB |"
         )
+    for mode in OURS:
+        commits = s["modes"].get(mode, {}).get("commits", [])
+        if commits:
+            lines += ["", f"{mode}, rank 0's commits (seconds from each one's start):"]
+            lines += [f"- {i}: {c}" for i, c in enumerate(commits, 1)]
     for t in s.get("throughput", []):
         lines.append("")
         lines.append(

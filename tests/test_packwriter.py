@@ -8,9 +8,11 @@ git reads the objects back byte for byte, `verify-pack`, `fsck --strict` and
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import stat
 import struct
+import sys
 import zlib
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from git_mgit.store import anchors, packwriter
+from git_mgit.store import anchors, packwriter, writeout
 from git_mgit.store.gitobjects import DIR_MODE, commit_body, object_id, tree_body
 from git_mgit.store.packwriter import PackWriter, encode_idx, entry_header
 from tests.gitsandbox import init_repo, run_git
@@ -507,3 +509,24 @@ def test_an_independent_reader_verifies_our_packs(repo: Path) -> None:
             assert pack[oid.hex().encode()].as_raw_string() == data
     finally:
         pack.close()
+
+
+def test_writeout_queues_a_files_bytes_for_the_disk_and_names_a_bad_descriptor(
+    tmp_path: Path,
+) -> None:
+    """On Linux writeback is only queued (sync_file_range), so a pack's writer does not wait
+    for the disk as it grows; a failure is an OSError, not a silent no-op."""
+    path = tmp_path / "f"
+    data = random.Random(3).randbytes(3 << 20)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, data)
+        writeout.start(fd, 0, len(data))
+        writeout.sync(fd)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == data
+    if sys.platform.startswith("linux"):
+        assert writeout.queued()
+        with pytest.raises(OSError):
+            writeout.start(fd, 0, len(data))  # closed

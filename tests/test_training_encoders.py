@@ -99,6 +99,33 @@ def test_chunks_from_a_shared_arena_and_through_the_pipe_read_back_exactly(repo:
     assert len(anchors(repo.worktree)) == 2
 
 
+def test_deltas_are_of_the_keyframe_so_chains_stay_one_level_deep(repo: Repo) -> None:
+    """Each checkpoint's chunk is a delta of the last one stored whole at its place, not of the
+    last one written; a chunk that moved too far is stored whole and is the next keyframe."""
+    drift = np.float32(1e-3) * weights(2, MIB)
+    states = [weights(0, MIB) + k * drift for k in range(4)]
+    states += [weights(9, MIB), weights(9, MIB) + drift]  # a new start, then a step from it
+    writer = ObjectWriter(repo, config.load(repo), encoders=1)
+    hashes = []
+    try:
+        for state in states:
+            job = Job(("f", "t", 0), memoryview(state.view(np.uint8)), "F32")
+            hashes.append(writer.write([job], 1).hashes[job.key])
+    finally:
+        writer.close()
+    store = ChunkStore(repo)
+    try:
+        for h, state in zip(hashes, states, strict=True):
+            assert bytes(store.get_raw(h)) == state.tobytes()
+        chains = [store.chain_of(h) for h in hashes]
+        assert chains[0][1] == 0 and chains[4][1] == 0  # stored whole
+        assert [c[0] for c in chains[1:4]] == [hashes[0]] * 3  # all deltas of the first
+        assert chains[5][0] == hashes[4]  # of the new keyframe
+        assert max(c[1] for c in chains) == 1
+    finally:
+        store.close()
+
+
 def kill(pids: list[int]) -> None:
     """SIGKILL each and return once each is dead (a zombie, or gone): a process tears its
     memory down before it exits, and on a busy machine one killed a moment after another

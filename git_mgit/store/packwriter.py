@@ -25,9 +25,10 @@ download to that thread's speed.
 Objects under SMALL bytes (trees, commits, pointer files: a version's anchor
 is hundreds of them) are framed whole and written BATCH bytes at a time, not
 with a few system calls each.
-Writeback starts as the pack grows (an fdatasync on a worker every
-WRITEBACK bytes, one at a time), so the disk works while objects are still
-being encoded and the fsync at finish() has only the tail to wait for.
+Writeback starts as the pack grows (writeout.start on a worker every
+few MiB, one at a time: queued, not waited for, where the platform
+allows), so the disk works while objects are still being encoded and the
+fsync at finish() has only what is in flight to wait for.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from git_mgit.store import writeout
 from git_mgit.store.gitobjects import Part, byte_view, object_header
 
 PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3}
@@ -56,10 +58,16 @@ THREAD_MIN = 1 << 20  # below this, handing SHA-1 to the worker costs more than 
 READ_BLOCK = 8 << 20
 SMALL = 16 << 10  # objects below this are framed whole and written in batches
 BATCH = 1 << 20  # bytes of small entries held before they are written
-WRITEBACK = 64 << 20  # bytes appended between two writebacks started
-_DATASYNC = getattr(os, "fdatasync", os.fsync)  # the file's data, not its times
 LARGE_OFFSET = 1 << 31  # idx v2: offsets from here on go to the 64-bit table
 T = TypeVar("T")
+
+
+@functools.cache
+def _writeback_every() -> int:
+    """Bytes appended between two writebacks started: few when they are only queued, more
+    when each one waits for the disk and a journal commit (looked up at the first, not at
+    import: the filter process starts without ctypes)."""
+    return (8 if writeout.queued() else 64) << 20
 
 
 def encode_idx(entries: Iterable[tuple[bytes, int, int]], pack_digest: bytes) -> bytes:
@@ -335,14 +343,14 @@ class PackWriter:
         self._start_writeback(fd)
 
     def _start_writeback(self, fd: int) -> None:
-        """Flush what was appended so far in the background, once WRITEBACK bytes are new."""
+        """Flush what was appended so far in the background, once enough bytes are new."""
         if self._writeback is not None:
             if not self._writeback.done():
                 return
             self._writeback.result()  # a failed flush is this pack's failure (fsync says it once)
-        if self._end - self._written_back >= WRITEBACK:
-            self._written_back = self._end
-            self._writeback = self._worker().submit(_DATASYNC, fd)
+        if self._end - self._written_back >= _writeback_every():
+            start, self._written_back = self._written_back, self._end
+            self._writeback = self._worker().submit(writeout.start, fd, start, self._end - start)
 
     def _write_entry(
         self, type_code: int, size: int, views: Sequence[memoryview], offset: int
@@ -426,7 +434,7 @@ class PackWriter:
             # Start writeback now: it overlaps with hashing, and the fsync below only has the tail.
             if self._writeback is not None:
                 self._writeback.result()
-            syncing = self._worker().submit(_DATASYNC, fd)
+            syncing = self._worker().submit(writeout.sync, fd)
             if stream is not None:
                 digest, crcs = stream.digest(), self._crcs
             else:

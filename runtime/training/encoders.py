@@ -238,11 +238,16 @@ class EncoderPool:
             p.wait_ready()
 
     def run(
-        self, chunks: Sequence[Chunk], count: int, done: Callable[[int, Result], None]
+        self,
+        chunks: Sequence[Chunk],
+        count: int,
+        done: Callable[[int, Result], None],
+        encoded: Callable[[], None] = lambda: None,
     ) -> dict[str, float]:
         """Encode every chunk on `count` encoders, calling done(index, result) for each in the
-        order they finish, and finish every pack. Raises EncoderError if any chunk failed, or
-        what done() raised, once every pack not finished yet is discarded. Returns the
+        order they finish, then encoded() while the packs are being finished, and finish every
+        pack. Raises EncoderError if any chunk failed, or what done() or encoded() raised, once
+        every pack not finished yet is discarded. Returns the
         encoders' CPU seconds and peak private memory, and the seconds until the last chunk
         was encoded (`encode_s`) and until the last pack was finished (`finish_s`).
 
@@ -282,7 +287,7 @@ class EncoderPool:
             for p in procs:
                 with contextlib.suppress(EncoderError):
                     p.drain()  # every answer read: the next checkpoint starts in step
-        encoded = time.perf_counter()
+        encoded_at = time.perf_counter()
         report = {"cpu_s": 0.0, "peak_anon": 0}
         for p in procs:
             if p.used:
@@ -290,6 +295,11 @@ class EncoderPool:
                     p.end(finish=failure is None)
                 except EncoderError as exc:
                     failure = failure or exc
+        if failure is None:
+            try:
+                encoded()
+            except BaseException as exc:  # the packs finish all the same; nothing refers to them
+                failure = exc
         for p in procs:
             if not p.ending:
                 continue
@@ -301,7 +311,7 @@ class EncoderPool:
                 failure = failure or exc
         if failure is not None:
             raise failure
-        report["encode_s"] = encoded - began
+        report["encode_s"] = encoded_at - began
         report["finish_s"] = time.perf_counter() - began
         return report
 

@@ -1,11 +1,11 @@
 """One chunk's work, as an encoder process does it: hash, skip, delta decision, encode, pack.
 
 A chunk whose content the store already holds costs its hash only (a
-frozen layer). Otherwise its object is a delta of the chunk written at the
-same place in the previous checkpoint when that pays, decided once on a few
-fixed windows of both (the `sample`, at most 1/8 of a chunk: the parent
-keeps the previous one, so the decision reads nothing), and standalone
-otherwise. Only a chosen delta decodes its base. Objects are appended to
+frozen layer). Otherwise its object is a delta of the keyframe at its
+place (the chunk last stored whole there, objects.py) when that pays,
+decided once on a few fixed windows of both (the `sample`, at most 1/8 of a
+chunk: the parent keeps the keyframe's, so the decision reads nothing), and
+standalone otherwise. Only a chosen delta decodes its base. Objects are appended to
 this encoder's own pack, finished (fsynced, moved into place) when the
 parent says the checkpoint is complete.
 
@@ -35,7 +35,7 @@ _MAX_WINDOW = 16384  # elements
 
 @dataclass(frozen=True)
 class Previous:
-    """The chunk written at the same place in the previous checkpoint."""
+    """The keyframe at a chunk's place: the chunk last stored whole there (objects.py)."""
 
     content_hash: bytes
     depth: int | None  # chain depth of the object written for it (None: found stored)

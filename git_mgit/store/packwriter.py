@@ -38,13 +38,14 @@ import hashlib
 import os
 import struct
 import tempfile
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
+
+from zlib_ng import zlib_ng  # zlib's adler32 and CRC32 with SIMD: 2-4x as fast
 
 from git_mgit.store import writeout
 from git_mgit.store.gitobjects import Part, byte_view, object_header
@@ -163,11 +164,11 @@ def frame(kind: str, parts: Sequence[Part]) -> Entry:
     pieces: list[bytes | memoryview] = [entry_header(PACK_TYPES[kind], size) + ZLIB_HEADER]
     adler = 1
     for window, framed in _windows(views):
-        adler = zlib.adler32(window, adler)
+        adler = zlib_ng.adler32(window, adler)
         pieces += framed
     pieces.append(struct.pack(">I", adler))
     body = b"".join(pieces)
-    return Entry(hasher.digest(), body, zlib.crc32(body))
+    return Entry(hasher.digest(), body, zlib_ng.crc32(body))
 
 
 def built(objects: Iterable[tuple[T, str, Part]]) -> Iterator[tuple[T, Entry]]:
@@ -360,7 +361,7 @@ class PackWriter:
         adler = 1
         head: list[bytes | memoryview] = [entry_header(type_code, size) + ZLIB_HEADER]
         for window, framed in _windows(views):
-            adler = zlib.adler32(window, adler)
+            adler = zlib_ng.adler32(window, adler)
             offset = self._pwritev(head + framed, offset)
             head = []
         return self._pwritev([*head, struct.pack(">I", adler)], offset)
@@ -402,7 +403,7 @@ class PackWriter:
             while cur < len(spans) and spans[cur][0] < stop:
                 s, e = spans[cur]
                 seg = bufs[k][max(s, offset) - offset : min(e, stop) - offset]
-                crcs[cur] = zlib.crc32(seg, crcs[cur])
+                crcs[cur] = zlib_ng.crc32(seg, crcs[cur])
                 if e > stop:
                     break
                 cur += 1

@@ -224,18 +224,24 @@ def test_encoders_leave_when_their_rank_is_killed(repo: Repo) -> None:
             rank.kill()
 
 
-def test_a_failure_in_the_rank_midway_leaves_the_encoders_in_step(repo: Repo) -> None:
-    """The rank's own error while results come in (here from the callback) discards the
-    checkpoint's packs and reads every answer, so the next checkpoint's results are its own."""
+@pytest.mark.parametrize("at", [1, 4])
+def test_a_failure_in_the_rank_midway_leaves_the_encoders_in_step(repo: Repo, at: int) -> None:
+    """The rank's own error while results come in (here from the callback, at the first
+    result or the last, once an idle encoder was told to finish its pack) discards the
+    checkpoint's packs not finished and reads every answer, so the next checkpoint's results
+    are its own."""
     pool = EncoderPool(repo, config.load(repo), 2)
     data = weights(5, 2 * MIB).view(np.uint8)
     chunks = [
         Chunk(memoryview(data)[i * MIB // 2 : (i + 1) * MIB // 2], Task("F32", None, None))
         for i in range(4)
     ]
+    seen = []
 
     def refuse(n: int, result: Result) -> None:
-        raise RuntimeError("the rank gave up")
+        seen.append(n)
+        if len(seen) == at:
+            raise RuntimeError("the rank gave up")
 
     try:
         with pytest.raises(RuntimeError, match="gave up"):

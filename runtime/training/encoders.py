@@ -247,9 +247,9 @@ class EncoderPool:
         """Encode every chunk on `count` encoders, calling done(index, result) for each in the
         order they finish, then encoded() while the packs are being finished, and finish every
         pack. Raises EncoderError if any chunk failed, or what done() or encoded() raised, once
-        every pack not finished yet is discarded. Returns the
-        encoders' CPU seconds and peak private memory, and the seconds until the last chunk
-        was encoded (`encode_s`) and until the last pack was finished (`finish_s`).
+        every pack not finished yet is discarded. Returns the encoders' CPU seconds and peak
+        private memory, and the seconds until the last chunk was encoded (`encode_s`) and
+        until the last pack was finished (`finish_s`).
 
         An encoder finishes its pack as soon as nothing is left for it, while the others
         encode their last chunks, and all at once: a finish re-reads and hashes its pack and
@@ -259,56 +259,9 @@ class EncoderPool:
         began = time.perf_counter()
         self.grow(count)
         procs = self._procs[: max(1, min(count, len(chunks)))]
-        todo = list(range(len(chunks)))[::-1]
-        failure: BaseException | None = None
-
-        def idle(p: _Process) -> None:
-            if not todo and not p.pending and p.used and failure is None:
-                p.end(finish=True)
-
-        try:
-            for p in procs:
-                while todo and len(p.pending) < IN_FLIGHT:
-                    n = todo.pop()
-                    p.submit(n, chunks[n])
-            by_conn = {p.conn: p for p in procs}
-            while any(p.pending for p in procs):
-                ready = wait([p.conn for p in procs if p.pending])
-                for conn in ready:
-                    p = by_conn[conn]
-                    n, result = p.receive()
-                    done(n, result)
-                    if todo:
-                        m = todo.pop()
-                        p.submit(m, chunks[m])
-                    idle(p)
-        except BaseException as exc:  # an encoder's failure, or the rank's own (then re-raised)
-            failure = exc
-            for p in procs:
-                with contextlib.suppress(EncoderError):
-                    p.drain()  # every answer read: the next checkpoint starts in step
+        failure = _encode(procs, chunks, done)
         encoded_at = time.perf_counter()
-        report = {"cpu_s": 0.0, "peak_anon": 0}
-        for p in procs:
-            if p.used:
-                try:
-                    p.end(finish=failure is None)
-                except EncoderError as exc:
-                    failure = failure or exc
-        if failure is None:
-            try:
-                encoded()
-            except BaseException as exc:  # the packs finish all the same; nothing refers to them
-                failure = exc
-        for p in procs:
-            if not p.ending:
-                continue
-            try:
-                msg = p.ended()
-                report["cpu_s"] += msg.get("cpu_s", 0.0)
-                report["peak_anon"] += msg.get("peak_anon", 0)
-            except EncoderError as exc:
-                failure = failure or exc
+        report, failure = _finish(procs, failure, encoded)
         if failure is not None:
             raise failure
         report["encode_s"] = encoded_at - began
@@ -319,6 +272,66 @@ class EncoderPool:
         for p in self._procs:
             p.close()
         self._procs = []
+
+
+def _encode(
+    procs: Sequence[_Process], chunks: Sequence[Chunk], done: Callable[[int, Result], None]
+) -> BaseException | None:
+    """Hand the chunks out (IN_FLIGHT an encoder) and take their results; tell each encoder
+    to finish its pack once nothing is left for it. Returns the first failure, once every
+    answer was read (the next checkpoint starts in step)."""
+    todo = list(range(len(chunks)))[::-1]
+    try:
+        for p in procs:
+            while todo and len(p.pending) < IN_FLIGHT:
+                n = todo.pop()
+                p.submit(n, chunks[n])
+        by_conn = {p.conn: p for p in procs}
+        while any(p.pending for p in procs):
+            for conn in wait([p.conn for p in procs if p.pending]):
+                p = by_conn[conn]
+                n, result = p.receive()
+                done(n, result)
+                if todo:
+                    m = todo.pop()
+                    p.submit(m, chunks[m])
+                elif not p.pending and p.used:
+                    p.end(finish=True)
+    except BaseException as exc:  # an encoder's failure, or the rank's own (then re-raised)
+        for p in procs:
+            with contextlib.suppress(EncoderError):
+                p.drain()
+        return exc
+    return None
+
+
+def _finish(
+    procs: Sequence[_Process], failure: BaseException | None, encoded: Callable[[], None]
+) -> tuple[dict[str, float], BaseException | None]:
+    """Finish (or, after a failure, discard) the packs not ended yet, run encoded() while they
+    finish, and read every encoder's report: their CPU seconds and peak private memory, and
+    the first failure."""
+    report = {"cpu_s": 0.0, "peak_anon": 0}
+    for p in procs:
+        if p.used:
+            try:
+                p.end(finish=failure is None)
+            except EncoderError as exc:
+                failure = failure or exc
+    if failure is None:
+        try:
+            encoded()
+        except BaseException as exc:  # the packs finish all the same; nothing refers to them
+            failure = exc
+    for p in procs:
+        if p.ending:
+            try:
+                msg = p.ended()
+                report["cpu_s"] += msg.get("cpu_s", 0.0)
+                report["peak_anon"] += msg.get("peak_anon", 0)
+            except EncoderError as exc:
+                failure = failure or exc
+    return report, failure
 
 
 # -- the encoder process ---------------------------------------------------------------------

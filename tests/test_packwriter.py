@@ -7,6 +7,8 @@ git reads the objects back byte for byte, `verify-pack`, `fsck --strict` and
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import os
 import random
@@ -530,3 +532,26 @@ def test_writeout_queues_a_files_bytes_for_the_disk_and_names_a_bad_descriptor(
         assert writeout.queued()
         with pytest.raises(OSError):
             writeout.start(fd, 0, len(data))  # closed
+
+
+def test_writeout_syncs_instead_where_the_file_system_cannot_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system that answers sync_file_range with EINVAL gets an fdatasync (the pack is
+    written all the same); another error (a bad descriptor) is raised."""
+    synced: list[int] = []
+
+    def refusing(fd: int, offset: int, length: int, flags: int) -> int:
+        ctypes.set_errno(errno.EINVAL if fd >= 0 else errno.EBADF)
+        return -1
+
+    monkeypatch.setattr(writeout, "_sync_file_range", lambda: refusing)
+    monkeypatch.setattr(writeout, "_DATASYNC", synced.append)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        writeout.start(fd, 0, 1)
+    finally:
+        os.close(fd)
+    assert synced == [fd]
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        writeout.start(-1, 0, 1)

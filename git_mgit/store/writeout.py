@@ -13,12 +13,15 @@ flight. Elsewhere (macOS, a libc without it) an fdatasync does the job.
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import os
 import sys
 from collections.abc import Callable
 
 _SYNC_FILE_RANGE_WRITE = 2
+# what a file system that cannot queue writeback answers (then it is synced instead)
+_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ESPIPE}
 _DATASYNC = getattr(os, "fdatasync", os.fsync)  # the file's data, not its times
 
 
@@ -42,14 +45,16 @@ def queued() -> bool:
 
 def start(fd: int, offset: int, length: int) -> None:
     """Have the disk start writing bytes [offset, offset + length) of fd (queued where the
-    platform allows; else the file's data is synced, which waits)."""
+    platform allows; else, or where the file system refuses to queue, the file's data is
+    synced, which waits)."""
     fn = _sync_file_range()
-    if fn is None:
-        _DATASYNC(fd)
+    if fn is not None and fn(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0:
         return
-    if fn(fd, offset, length, _SYNC_FILE_RANGE_WRITE) != 0:
+    if fn is not None:
         err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+        if err not in _UNSUPPORTED:
+            raise OSError(err, os.strerror(err))
+    _DATASYNC(fd)
 
 
 def sync(fd: int) -> None:

@@ -5,9 +5,9 @@ frozen layer). Otherwise its object is a delta of the keyframe at its
 place (the chunk last stored whole there, objects.py) when that pays,
 decided once on a few fixed windows of both (the `sample`, at most 1/8 of a
 chunk: the parent keeps the keyframe's, so the decision reads nothing), and
-standalone otherwise. Only a chosen delta decodes its base. Objects are appended to
-this encoder's own pack, finished (fsynced, moved into place) when the
-parent says the checkpoint is complete.
+standalone otherwise. Only a chosen delta decodes its base. Objects are
+appended to this encoder's own pack, finished (fsynced, moved into place)
+once the parent has no more chunks for it.
 
 No torch here: encoder processes import this, and start in a fraction of a
 second.

@@ -4,7 +4,8 @@ several encoder processes at once.
 Each encoder (encoders.py, encoding.py) takes chunks as the rank hands them
 out, largest first, and does all of a chunk's work: BLAKE3 (nothing more if
 the store holds it: a frozen layer costs its hash), the delta decision
-against the keyframe at the chunk's place (below), byte planes and zstd, then an append to the encoder's own pack.
+against the keyframe at the chunk's place (below), byte planes and zstd,
+then an append to the encoder's own pack.
 The rank keeps what the next checkpoint's decisions need: every chunk's
 content hash and a few fixed windows of it (at most 1/8, about 0.4% of a
 64 MiB chunk), so a decision reads nothing; only a chosen delta decodes its

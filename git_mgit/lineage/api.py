@@ -58,7 +58,9 @@ class Lineage:
                 for oid, recs in changes.items()
             }
 
-        self.graph.notes_tip = notes.write(self.repo, edit, message).tip
+        tip = notes.write(self.repo, edit, message).tip
+        if self._graph is not None:  # a graph not loaded yet will read the new notes
+            self._graph.notes_tip = tip
 
     # -- nodes ------------------------------------------------------------------
 

@@ -187,16 +187,16 @@ class RankCommitter:
                 phases["encoded"] = phases["exchanged"] + written.encode_s
                 phases["finished"] = phases["exchanged"] + written.finish_s
                 self.stats = Stats(
-                    written.raw,
-                    written.new_raw,
-                    written.stored,
-                    written.objects,
-                    written.deltas,
-                    time.perf_counter() - began,
-                    count,
-                    written.cpu_s,
-                    written.peak_anon,
-                    phases,
+                    raw=written.raw,
+                    new_raw=written.new_raw,
+                    stored=written.stored,
+                    objects=written.objects,
+                    deltas=written.deltas,
+                    seconds=time.perf_counter() - began,
+                    threads=count,
+                    encoder_cpu_s=written.cpu_s,
+                    encoder_memory=written.peak_anon,
+                    phases=phases,
                 )
                 self.history.append(self.stats)
             except BaseException as exc:

@@ -23,7 +23,7 @@ import pytest
 import urllib3
 
 from git_mgit.gitcmd import find_repo
-from git_mgit.transfer.stores.blobs import BlobStoreError, Pieces, Pointer
+from git_mgit.transfer.stores.blobs import IDLE, BlobStoreError, Pieces, Pointer
 from git_mgit.transfer.stores.lfs import LfsStore, auth, endpoint_for, may_send_credentials
 from git_mgit.transfer.stores.lfs import store as lfs_store
 from git_mgit.transfer.stores.lfs.auth import Access
@@ -278,6 +278,30 @@ def test_an_upload_fed_lazily_starts_before_the_last_object_is_known(
     assert seen_batches == [0, 0, 1, 1, 2]
     for pointer, data in objects.items():
         assert lfs_server.stored(pointer.oid).read_bytes() == data
+
+
+def test_an_idle_feed_sends_what_is_ready_at_once(lfs_server: LfsServer, lfs_repo: Path) -> None:
+    """IDLE (a push still encoding the next object) cuts the batch short: the objects
+    hashed so far are asked for and sent before the next one is known."""
+    objects = blobs(3000, 4000, 5000)
+    first, *rest = objects
+    asked_before: list[int] = []
+
+    def batches() -> int:
+        return sum(
+            h.path.endswith("/objects/batch") and h.status == 200 for h in lfs_server.requests
+        )
+
+    def hashed() -> Iterator[Pointer | None]:
+        yield IDLE  # nothing ready yet: nothing to ask
+        yield first
+        yield IDLE
+        asked_before.append(batches())
+        yield from rest
+
+    assert store_for(lfs_repo).upload(hashed(), objects.__getitem__) == 3
+    assert asked_before == [1] and batches() == 2
+    assert sorted(lfs_server.uploads()) == sorted(p.oid for p in objects)
 
 
 def test_a_corrupt_stored_object_is_never_yielded(lfs_server: LfsServer, lfs_repo: Path) -> None:

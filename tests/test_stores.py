@@ -501,6 +501,40 @@ def test_uploads_begin_while_the_push_still_writes(
     checks_out_every_version(fresh, commits, versions)
 
 
+def test_objects_are_uploaded_from_memory_as_they_are_encoded(
+    lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With packs and batch requests as large as they are by default (no pack of this push
+    is finished before it ends), the push's third new object still waits until the server
+    holds one: objects go from memory as they are encoded, and a batch is asked for as
+    soon as nothing more is ready. Each object is sent once; a fresh clone is byte-exact."""
+    from git_mgit.transfer.push import push_versions
+
+    versions = series(4, size=4000)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions)
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("config", "mgit.maxChainDepth", "0", cwd=root)  # versions published whole, encoded
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    packs = root / ".git" / "objects" / "pack"
+    before = set(packs.glob("*.idx"))
+    finished_first: list[set[Path]] = []
+
+    def uploaded() -> bool:
+        if lfs_server.uploads() and not finished_first:
+            finished_first.append(set(packs.glob("*.idx")) - before)
+        return bool(finished_first)
+
+    written = _hold_write(monkeypatch, 3, uploaded, "nothing was uploaded while encoding")
+    report = push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
+    assert finished_first == [set()]  # the first upload came before any pack of the push
+    uploads = lfs_server.uploads()
+    assert len(uploads) == len(set(uploads)) == report.uploaded >= written["written"] > 3
+    run_git("push", "-q", "origin", "main", cwd=root)
+    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
+    checks_out_every_version(fresh, commits, versions)
+
+
 def test_a_push_sends_what_git_add_hashed_without_reading_it_first(
     lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,7 +12,8 @@ exists locally.
 
 A store that sends objects while the rest are encoded (a blob store's
 uploads) is told of each object as it becomes readable: a reused one at
-once, a new one when its pack is finished. For it the new objects go into
+once, a new one when its pack is finished, and before that, with its bytes,
+as soon as it is encoded. For it the new objects go into
 a series of packs, each twice the size of the one before (from 64 MiB to
 1 GiB), so that the first uploads start early and a large push still makes
 a few packs. A write that fails deletes the packs it finished: nothing
@@ -22,11 +23,12 @@ files their objects.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 from git_mgit import codecs
 from git_mgit import manifest as mf
@@ -37,9 +39,11 @@ from git_mgit.store import anchors
 from git_mgit.store.chains import Key, hashes
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.decoded import DecodedChunks, Readable
+from git_mgit.store.gitobjects import Part
 from git_mgit.store.lookup import ANCHOR_PREFIX, filed_by
 from git_mgit.store.packwriter import PackWriter
 from git_mgit.transfer.layout import Candidates, Plan, groups
+from git_mgit.transfer.trace import tracer
 from git_mgit.transfer.versions import VersionRef
 
 
@@ -53,9 +57,21 @@ Raw = Callable[[], bytearray]  # a chunk's bytes, decoded only if an object must
 # Tensors walked at once: while one thread holds the GIL (hashing, planes, the pack's
 # adler32) another's codec work runs; more would multiply the decoded chunks held.
 _TENSORS_AT_ONCE = 2
-# Objects readable here now, (oid, size) each: called from the threads writing them
-Ready = Callable[[list[tuple[str, int]]], None]
+
+
+class Receiver(Protocol):
+    """A store that sends a push's objects while the rest are written, told of each from
+    the threads writing them."""
+
+    def encoded(self, oid: str, parts: Sequence[Part]) -> None:
+        """An object just added to the pack under way; `parts` (its bytes) never change."""
+
+    def readable(self, objects: list[tuple[str, int]]) -> None:
+        """Objects (oid, size) readable here now: held before, or in a finished pack."""
+
+
 _FIRST_PACK, _LARGEST_PACK = 64 << 20, 1 << 30  # packs handed over early, when a store sends
+_trace = tracer("publish")
 
 
 class _Objects:
@@ -65,8 +81,8 @@ class _Objects:
     `lock`, one thread at a time; decoding and encoding run outside it.
     """
 
-    def __init__(self, store: ChunkStore, ready: Ready | None) -> None:
-        self.store, self.ready = store, ready
+    def __init__(self, store: ChunkStore, receiver: Receiver | None) -> None:
+        self.store, self.receiver = store, receiver
         self.lock = threading.Lock()
         self.pack = PackWriter(store.repo.objects_dir)
         self.whole: dict[bytes, tuple[str, int]] = {}
@@ -80,8 +96,8 @@ class _Objects:
             holders = self.store.holders(h)
         for oid, size, have in holders:
             if have == base:
-                if self.ready is not None:
-                    self.ready([(oid, size)])
+                if self.receiver is not None:
+                    self.receiver.readable([(oid, size)])
                 return oid, size
         return None
 
@@ -114,7 +130,11 @@ class _Objects:
         with self.lock:
             added = self.pack.add("blob", enc.parts).hex(), enc.size
             self._added.append(added)
-            if self.ready is None or self.pack.size < self._roll:
+        if self.receiver is None:
+            return added
+        self.receiver.encoded(added[0], enc.parts)  # raising, it leaves the pack to abort()
+        with self.lock:
+            if self.pack.size < self._roll:
                 return added
             full, self.pack = self.pack, PackWriter(self.store.repo.objects_dir)
             objects, self._added = self._added, []
@@ -123,7 +143,7 @@ class _Objects:
         if path is not None:
             with self.lock:
                 self._finished.append(path)
-        self.ready(objects)
+        self.receiver.readable(objects)
         return added
 
     def abort(self) -> None:
@@ -171,13 +191,13 @@ def write(
     store: ChunkStore,
     cands: Candidates,
     plan: Plan,
-    ready: Ready | None = None,
+    receiver: Receiver | None = None,
     read: Readable | None = None,
 ) -> list[Written]:
     """Write the plan's objects and version refs here; returns them in push order.
 
-    `ready` is told of the objects as they become readable, for a store that sends
-    them while the rest are written; `read` gives a chunk's verified bytes where
+    `receiver` is told of the objects as they are encoded and become readable, for a
+    store that sends them while the rest are written; `read` gives a chunk's verified bytes where
     they need no decoding (a checked-out file), else None."""
     chosen = [v for v in cands.order() if v in plan.choices]
     # bases the remote has already (a fine-tune's base) are decoded too, not written
@@ -191,7 +211,7 @@ def write(
         "git-mgit: encoding what the push publishes",
         sum(cands.versions[v].manifest.size for v in chosen),
     )
-    objects = _Objects(store, ready)
+    objects = _Objects(store, receiver)
     try:
 
         def tensor(key: Key, group: list[tuple[str, mf.Chunk]]) -> int:
@@ -231,6 +251,7 @@ def write(
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
+        _trace("every chunk encoded")
         written = []
         for v in plan.push_order():
             ref = VersionRef(v, (plan.choices[v].base,) if plan.choices[v].base else ())
@@ -238,12 +259,14 @@ def write(
             commit = anchors.write_anchor(objects.pack, entries, timestamp=0, message=ref.message)
             written.append(Written(VersionRef(v, ref.bases, commit), dict(filed[v])))
         objects.pack.finish()
+        _trace("pack finished")
     except BaseException:
         objects.abort()
         raise
     finally:
         progress.finish()
     _set_refs(store, written, plan)
+    _trace("version refs set")
     return written
 
 

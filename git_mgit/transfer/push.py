@@ -24,10 +24,12 @@ from git_mgit.transfer.remotes import Listing, push_listing, remember, remembere
 from git_mgit.transfer.stores.choice import REFS, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
 from git_mgit.transfer.stores.registry import store_for, warm_up_for
+from git_mgit.transfer.trace import tracer
 from git_mgit.transfer.versions import Published
 from git_mgit.worktree.checkedout import CheckedOut
 
 ZERO = "0" * 40
+_trace = tracer("push")
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ def push_versions(
     report = Report()
     warm_up_for(repo, remote)  # the store's client loads while the remote lists its refs
     listing = remembered(repo, started or push_listing(repo, remote))
+    _trace(f"{remote} lists {len(listing)} refs")
     published = Published.from_listing(listing)
     here = repo.existing([*tips, *old_tips, *listing.values()])
     others = {
@@ -109,14 +112,17 @@ def push_versions(
         ).read
         estimates = layout.estimate(store, cands, settings.max_chain_depth, read)
         plan = layout.decide(cands, estimates, settings.fetch_budget, settings.max_chain_depth)
+        _trace(f"{len(plan.choices)} versions to publish to the {report.store.kind} store")
         target = store_for(repo, remote, report.store)
         report.replaced = list(plan.replaced.values())
-        with target.sending(store) as ready:  # a blob store's uploads begin meanwhile
-            report.published = publish.write(store, cands, plan, ready, read)
+        with target.sending(store) as receiver:  # a blob store's uploads begin meanwhile
+            report.published = publish.write(store, cands, plan, receiver, read)
+            _trace(f"written: {sum(len(w.objects) for w in report.published)} objects")
             sent = target.publish(
                 store, report.published, listing, report.replaced, push_limit(repo)
             )
         report.pushes, report.sent, report.uploaded = sent.pushes, sent.bytes, sent.uploaded
+        _trace(f"sent: {sent.uploaded} objects uploaded, {sent.pushes} git pushes")
         # what it holds now, for commands that stay offline
         gone = set(report.replaced)
         held_now = {n: c for n, c in listing.items() if n not in gone}

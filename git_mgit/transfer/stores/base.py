@@ -4,8 +4,8 @@ Planning (layout.py) and writing (publish.py) are the same for every store:
 they leave version refs here that file the planned objects. A store sends
 them to the remote its own way (refs.py: in git; pointers.py: the bytes to a
 blob store, pointer files in git), and may start while they are written
-(sending(): a pointer store uploads each pack of new objects as it is done). Fetching needs no store object: every
-version ref says in its commit where its objects are (pointers.resolve).
+(sending(): a pointer store uploads each new object as it is encoded). Fetching needs
+no store object: every version ref says in its commit where its objects are (pointers.resolve).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.transfer.publish import Ready, Written
+from git_mgit.transfer.publish import Receiver, Written
 from git_mgit.transfer.stores.choice import Choice
 
 
@@ -35,10 +35,10 @@ class Store(ABC):
         self.repo, self.remote, self.choice = repo, remote, choice
 
     @contextmanager
-    def sending(self, store: ChunkStore) -> Iterator[Ready | None]:
+    def sending(self, store: ChunkStore) -> Iterator[Receiver | None]:
         """Around writing a push's objects and publish(): where to hand objects as they
-        become readable, for a store that sends them while the rest are written. None
-        (this default): they wait for publish()."""
+        are encoded or become readable, for a store that sends them while the rest are
+        written. None (this default): they wait for publish()."""
         yield None
 
     @abstractmethod

@@ -25,6 +25,7 @@ Data = bytes | memoryview
 T = TypeVar("T")
 R = TypeVar("R")
 RUN = 4 << 20  # bytes hashed or sent in one call (Pieces.runs)
+IDLE = None  # in upload()'s objects: none more is ready yet (Chunks)
 
 
 @dataclass(frozen=True)
@@ -113,14 +114,14 @@ class BlobStore(ABC):
     @abstractmethod
     def upload(
         self,
-        objects: Iterable[Pointer],
+        objects: Iterable[Pointer | None],
         read: Callable[[Pointer], Body],
         progress: Progress | None = None,
     ) -> int:
         """Send the objects the store lacks (asking it first); how many were sent.
 
-        `objects` may be lazy (pointers as they are hashed); a store may start sending
-        before it ends. `read` returns an object's bytes; it may be called from several
+        `objects` may be lazy (pointers as they are hashed, IDLE where none more is ready
+        yet: Chunks); a store may start sending before it ends. `read` returns an object's bytes; it may be called from several
         threads, for any pointer `objects` has yielded.
         """
 
@@ -167,11 +168,16 @@ def verified(store: BlobStore, pointer: Pointer, data: Data) -> Data:
 class Chunks:
     """`objects` without duplicates, in chunks of at most `max_count` objects, each cut once
     it names `max_bytes`, taken from `objects` only as each chunk fills: an upload fed by
-    hashing sends its first objects while the rest are hashed. The limits may change
-    between chunks (a store that finds a chunk held already may ask for larger ones)."""
+    hashing sends its first objects while the rest are hashed. A None among `objects`
+    (IDLE: nothing more for now, a push is still encoding them) cuts the chunk as it is,
+    so what is ready goes out. The limits may change between chunks (a store that finds a
+    chunk held already may ask for larger ones)."""
 
     def __init__(
-        self, objects: Iterable[Pointer], max_count: int | None = None, max_bytes: int | None = None
+        self,
+        objects: Iterable[Pointer | None],
+        max_count: int | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         self.objects = objects
         self.max_count, self.max_bytes = max_count, max_bytes
@@ -181,6 +187,11 @@ class Chunks:
         chunk: list[Pointer] = []
         size = 0
         for p in self.objects:
+            if p is IDLE:
+                if chunk:
+                    yield chunk
+                    chunk, size = [], 0
+                continue
             if p in seen:
                 continue
             seen.add(p)

@@ -1,12 +1,22 @@
-"""A push's objects as a blob store takes them: their bytes from the packs, and their pointers."""
+"""A push's objects as a blob store takes them: their bytes from the packs, and their pointers.
+
+An object the push has just encoded may be held in memory (hold()) until the
+pack it went into is finished: it is hashed and sent from there, so its
+upload need not wait for the pack. Held bytes are bounded (HOLD); an object
+beyond that waits for its pack.
+"""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.gitobjects import Part, byte_view
 from git_mgit.transfer.stores.blobs import Pieces, Pointer
+
+HOLD = 128 << 20  # bytes of encoded objects held in memory at most
 
 
 class ObjectBytes:
@@ -15,11 +25,40 @@ class ObjectBytes:
 
     def __init__(self, store: ChunkStore) -> None:
         self.store = store
+        self._held: dict[str, list[memoryview]] = {}
+        self._held_bytes = 0
+        self._lock = threading.Lock()
+
+    def hold(self, oid: str, parts: Sequence[Part]) -> bool:
+        """Keep an object's bytes, just encoded and never changed after, until release();
+        False (not kept) when that would hold more than HOLD."""
+        views = [byte_view(p) for p in parts]
+        size = sum(v.nbytes for v in views)
+        with self._lock:
+            if oid in self._held:
+                return True
+            if self._held_bytes + size > HOLD:
+                return False
+            self._held[oid] = views
+            self._held_bytes += size
+        return True
+
+    def release(self, oids: Iterable[str]) -> None:
+        """Stop holding these objects (their pack is readable now, or the push is over)."""
+        with self._lock:
+            for oid in oids:
+                views = self._held.pop(oid, None)
+                if views is not None:
+                    self._held_bytes -= sum(v.nbytes for v in views)
 
     def bytes(self, oid: str, keep: bool = False) -> Pieces:
-        """The object's bytes, not copied when a pack of ours holds them as stored blocks;
-        their pages are let go once they were read whole, unless the caller `keep`s them
-        for a second reading (hashed now, sent next)."""
+        """The object's bytes, not copied when they are held or a pack of ours holds them
+        as stored blocks; a pack's pages are let go once they were read whole, unless the
+        caller `keep`s them for a second reading (hashed now, sent next)."""
+        with self._lock:
+            held = self._held.get(oid)
+        if held is not None:
+            return Pieces(held)
         packs = self.store.packs
         views = packs.pieces(oid)
         if views is None:
@@ -39,7 +78,10 @@ class ObjectBytes:
         return p
 
     def forget(self, oids: Iterable[str]) -> None:
-        """Let the pages of these objects go, where still kept since they were hashed."""
+        """Let the pages of these objects go, where still kept since they were hashed, and
+        whatever is still held of them."""
+        oids = list(oids)
+        self.release(oids)
         for oid in oids:
             self.store.packs.forget(oid)
 

@@ -28,7 +28,7 @@ from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX, RECORD_REF
 from git_mgit.store.packwriter import PackWriter, built
-from git_mgit.transfer.publish import Ready, Written
+from git_mgit.transfer.publish import Receiver, Written
 from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
 from git_mgit.transfer.stores.blobs import BlobStore, Pointer
@@ -43,11 +43,11 @@ class PointerStore(Store):
     _upload: Upload | None = None  # while sending()
 
     @contextmanager
-    def sending(self, store: ChunkStore) -> Iterator[Ready]:
+    def sending(self, store: ChunkStore) -> Iterator[Receiver]:
         """Uploads begin with the first objects written (on a thread of their own)."""
         self._upload = Upload(self.repo, self.remote, self.choice.url, store)
         try:
-            yield self._upload.ready
+            yield self._upload
         finally:
             self._upload.cancel()  # nothing left to stop once publish() finished it
             self._upload = None

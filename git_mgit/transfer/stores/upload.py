@@ -3,8 +3,8 @@
 The push's encoding (publish.write) and its uploads would otherwise take
 turns: on a real network the upload is network-bound and the encoding
 CPU-bound, so running them side by side hides the shorter one. Objects are
-handed over as they become readable here (ready()), hashed on git-mgit's
-cores, and sent in the blob store's chunks as they come (the store asks the
+handed over as they are encoded (encoded(): sent from memory, objectbytes.py)
+or become readable here (readable()), hashed on git-mgit's cores, and sent in the blob store's chunks as they come (the store asks the
 server which it lacks, chunk by chunk: nothing is sent twice). finish()
 hands over the rest (every object the published versions file: the early
 ones are only a head start), waits, and returns what was sent; cancel()
@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.gitobjects import Part
 from git_mgit.transfer.stores.base import Sent
-from git_mgit.transfer.stores.blobs import Pointer
+from git_mgit.transfer.stores.blobs import IDLE, Pointer
 from git_mgit.transfer.stores.objectbytes import ObjectBytes
 from git_mgit.transfer.stores.registry import blob_store
 
 Objects = Iterable[tuple[str, int]]  # (oid, size) of objects readable here
+_AT_ONCE = 1000  # objects taken from the queue to hash at once, at most
 
 
 class _Cancelled(Exception):
@@ -51,12 +53,23 @@ class Upload:
         self._thread = threading.Thread(target=self._run, name="mgit-upload", daemon=True)
         self._thread.start()
 
-    def ready(self, objects: Objects) -> None:
+    def readable(self, objects: Objects) -> None:
         """Objects readable here now, to send; raises the uploads' failure, if they failed,
         so that the push stops writing."""
         if self._error is not None:
             raise self._error
-        self._queue.put(list(objects))
+        objects = list(objects)
+        self._queue.put(objects)
+        self.read.release(oid for oid, _ in objects)  # read from their pack from now on
+
+    def encoded(self, oid: str, parts: Sequence[Part]) -> None:
+        """An object just encoded, sent from memory if there is room to hold it (else once
+        its pack is readable); raises as readable() does."""
+        if self._error is not None:
+            raise self._error
+        if self.read.hold(oid, parts):
+            p = self.read.pointer(oid)  # hashed here, on the thread that encoded it
+            self._queue.put([(oid, p.size)])
 
     def finish(self, objects: Objects) -> Sent:
         """Send `objects` too (those already handed over are not sent twice) and wait for
@@ -80,21 +93,44 @@ class Upload:
             self._queue.put(None)
             self._thread.join()
 
-    def _oids(self) -> Iterator[str]:
+    def _batches(self) -> Iterator[list[str] | None]:
+        """The objects handed over, each once, as many at a time as have come; None each
+        time none more has come yet (the push is still encoding them)."""
         seen: set[str] = set()
-        while (batch := self._queue.get()) is not None:
-            for oid, _ in batch:
-                if oid not in seen:
-                    seen.add(oid)
-                    yield oid
+        while True:
+            try:
+                batch = self._queue.get_nowait()
+            except queue.Empty:
+                yield None
+                batch = self._queue.get()
+            if batch is None:
+                break
+            fresh = [oid for oid, _ in batch if oid not in seen]
+            seen.update(fresh)
+            while fresh and len(fresh) < _AT_ONCE:  # what else has come meanwhile
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._queue.put(None)
+                    break
+                fresh += [oid for oid, _ in more if oid not in seen]
+                seen.update(fresh)
+            if fresh:
+                yield fresh
         if self._cancelled:
             raise _Cancelled
 
-    def _hashed(self) -> Iterator[Pointer]:
-        for oid, p in self.read.pointers(self._oids()):
-            self.pointers[oid] = p
-            self._by_pointer.setdefault(p, oid)
-            yield p
+    def _hashed(self) -> Iterator[Pointer | None]:
+        for oids in self._batches():
+            if oids is None:
+                yield IDLE  # what is hashed goes out now
+                continue
+            for oid, p in self.read.pointers(oids):
+                self.pointers[oid] = p
+                self._by_pointer.setdefault(p, oid)
+                yield p
 
     def _moved(self, n: int) -> None:
         with self._lock:
@@ -116,5 +152,5 @@ class Upload:
             finally:
                 blobs.close()
                 self.read.forget(self.pointers)  # pages hashed but not sent (the store had them)
-        except BaseException as e:  # raised where the push waits: ready(), finish()
+        except BaseException as e:  # raised where the push waits: readable(), finish()
             self._error = e

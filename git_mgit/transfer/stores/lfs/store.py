@@ -121,7 +121,7 @@ class LfsStore(BlobStore):
 
     def upload(
         self,
-        objects: Iterable[Pointer],
+        objects: Iterable[Pointer | None],
         read: Callable[[Pointer], Body],
         progress: Progress | None = None,
     ) -> int:

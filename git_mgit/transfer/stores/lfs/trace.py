@@ -1,29 +1,7 @@
-"""GIT_TRACE for the LFS client: one line per request or command, never a header or a secret.
-
-git-lfs writes its trace where GIT_TRACE says (1, 2 or true: stderr; an
-absolute path: that file). Callers pass only redacted URLs (policy.redact).
-"""
+"""GIT_TRACE lines of the LFS client (transfer/trace.py), as git-lfs writes its own."""
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
-import time
+from git_mgit.transfer.trace import tracer
 
-_lock = threading.Lock()
-
-
-def trace(message: str) -> None:
-    target = os.environ.get("GIT_TRACE", "")
-    if target.lower() in ("", "0", "false", "no", "off"):
-        return
-    stamp = time.strftime("%H:%M:%S")
-    line = f"{stamp} trace git-mgit lfs: {message}\n"
-    with _lock:
-        if os.path.isabs(target):
-            with open(target, "a", encoding="utf-8") as out:
-                out.write(line)
-        else:
-            sys.stderr.write(line)
-            sys.stderr.flush()
+trace = tracer("lfs")

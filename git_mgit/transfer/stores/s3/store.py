@@ -180,7 +180,7 @@ class S3Store(BlobStore):
 
     def upload(
         self,
-        objects: Iterable[Pointer],
+        objects: Iterable[Pointer | None],
         read: Callable[[Pointer], Body],
         progress: Progress | None = None,
     ) -> int:

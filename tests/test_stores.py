@@ -669,3 +669,28 @@ def test_a_push_loads_its_stores_client_while_the_remote_lists(tmp_path: Path) -
             [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
         )
         assert out.stdout.strip() == loaded, setting
+
+
+def test_trace_lines_go_where_git_trace_says_stamped_as_gits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An absolute GIT_TRACE path gets the lines appended, 1 sends them to stderr, 0 or unset
+    nothing; each is stamped to the microsecond, as git stamps its own."""
+    import re
+
+    from git_mgit.transfer.trace import tracer
+
+    trace = tracer("push")
+    monkeypatch.delenv("GIT_TRACE", raising=False)
+    trace("silent")
+    monkeypatch.setenv("GIT_TRACE", "0")
+    trace("silent")
+    target = tmp_path / "trace.txt"
+    monkeypatch.setenv("GIT_TRACE", str(target))
+    trace("one")
+    trace("two")
+    monkeypatch.setenv("GIT_TRACE", "1")
+    trace("three")
+    line = r"\d\d:\d\d:\d\d\.\d{6} trace git-mgit push: %s\n"
+    assert re.fullmatch(line % "one" + line % "two", target.read_text())
+    assert re.fullmatch(line % "three", capsys.readouterr().err)

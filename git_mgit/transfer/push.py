@@ -82,7 +82,7 @@ def push_versions(
     report = Report()
     warm_up_for(repo, remote)  # the store's client loads while the remote lists its refs
     listing = remembered(repo, started or push_listing(repo, remote))
-    _trace(f"{remote} lists {len(listing)} refs")
+    _trace(f"the remote lists {len(listing)} refs")
     published = Published.from_listing(listing)
     here = repo.existing([*tips, *old_tips, *listing.values()])
     others = {

@@ -67,7 +67,7 @@ T = TypeVar("T")
 def _writeback_every() -> int:
     """Bytes appended between two writebacks started: few when they are only queued, more
     when each one waits for the disk and a journal commit (looked up at the first, not at
-    import: the filter process starts without ctypes)."""
+    import: a process that writes no pack never looks for sync_file_range)."""
     return (8 if writeout.queued() else 64) << 20
 
 

@@ -25,31 +25,30 @@ class ObjectBytes:
 
     def __init__(self, store: ChunkStore) -> None:
         self.store = store
-        self._held: dict[str, list[memoryview]] = {}
+        self._held: dict[str, Pieces] = {}
         self._held_bytes = 0
         self._lock = threading.Lock()
 
     def hold(self, oid: str, parts: Sequence[Part]) -> bool:
         """Keep an object's bytes, just encoded and never changed after, until release();
         False (not kept) when that would hold more than HOLD."""
-        views = [byte_view(p) for p in parts]
-        size = sum(v.nbytes for v in views)
+        held = Pieces([byte_view(p) for p in parts])
         with self._lock:
             if oid in self._held:
                 return True
-            if self._held_bytes + size > HOLD:
+            if self._held_bytes + len(held) > HOLD:
                 return False
-            self._held[oid] = views
-            self._held_bytes += size
+            self._held[oid] = held
+            self._held_bytes += len(held)
         return True
 
     def release(self, oids: Iterable[str]) -> None:
         """Stop holding these objects (their pack is readable now, or the push is over)."""
         with self._lock:
             for oid in oids:
-                views = self._held.pop(oid, None)
-                if views is not None:
-                    self._held_bytes -= sum(v.nbytes for v in views)
+                held = self._held.pop(oid, None)
+                if held is not None:
+                    self._held_bytes -= len(held)
 
     def bytes(self, oid: str, keep: bool = False) -> Pieces:
         """The object's bytes, not copied when they are held or a pack of ours holds them
@@ -58,7 +57,7 @@ class ObjectBytes:
         with self._lock:
             held = self._held.get(oid)
         if held is not None:
-            return Pieces(held)
+            return held
         packs = self.store.packs
         views = packs.pieces(oid)
         if views is None:

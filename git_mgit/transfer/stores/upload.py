@@ -30,7 +30,6 @@ from git_mgit.transfer.stores.objectbytes import ObjectBytes
 from git_mgit.transfer.stores.registry import blob_store
 
 Objects = Iterable[tuple[str, int]]  # (oid, size) of objects readable here
-_AT_ONCE = 1000  # objects taken from the queue to hash at once, at most
 
 
 class _Cancelled(Exception):
@@ -94,8 +93,8 @@ class Upload:
             self._thread.join()
 
     def _batches(self) -> Iterator[list[str] | None]:
-        """The objects handed over, each once, as many at a time as have come; None each
-        time none more has come yet (the push is still encoding them)."""
+        """The objects handed over, each once, a hand-over at a time; None each time none
+        more has come yet (the push is still encoding them)."""
         seen: set[str] = set()
         while True:
             try:
@@ -105,18 +104,8 @@ class Upload:
                 batch = self._queue.get()
             if batch is None:
                 break
-            fresh = [oid for oid, _ in batch if oid not in seen]
+            fresh = [oid for oid in dict.fromkeys(oid for oid, _ in batch) if oid not in seen]
             seen.update(fresh)
-            while fresh and len(fresh) < _AT_ONCE:  # what else has come meanwhile
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._queue.put(None)
-                    break
-                fresh += [oid for oid, _ in more if oid not in seen]
-                seen.update(fresh)
             if fresh:
                 yield fresh
         if self._cancelled:

@@ -183,16 +183,17 @@ def _check(repo: Path, expected: str, what: str) -> None:
 
 
 def trained(
-    scratch: Path, n: int, section: str = "history"
+    scratch: Path, n: int, section: str = "history", more: int = 1
 ) -> Iterator[tuple[str, list[Path], float]]:
-    """(label, checkpoint files, seconds it took) for each series, trained for n + 1 epochs
-    (the last file is the one a pull brings); the files go when the caller moves on."""
+    """(label, checkpoint files, seconds it took) for each series, trained for n + `more`
+    epochs (the last `more` files are the ones pulls bring); the files go when the caller
+    moves on."""
     for label in history_models.SERIES:
         folder = scratch / f"{section}-data"
         folder.mkdir()
-        log(f"{section} {label}: training {n + 1} epochs")
+        log(f"{section} {label}: training {n + more} epochs")
         start = time.perf_counter()
-        paths = list(history_models.series(label, folder, n + 1))
+        paths = list(history_models.series(label, folder, n + more))
         yield label, paths, time.perf_counter() - start
         shutil.rmtree(folder)
 

@@ -17,8 +17,9 @@ git-mgit commits the checkpoints once and each of its stores pushes a copy of
 that repository. Per remote: the push (timed); the bytes the server stores
 (its git repository after `git gc --prune=now`, plus giftless's storage folder
 for the repository or the bucket's objects as listed); fresh clones (median of
-5, the remotes taking turns); one more checkpoint pushed (timed) and pulled
-(time, bytes its clone gained), and the server's bytes after that push.
+5, the remotes taking turns); then three more checkpoints, each pushed (timed,
+the remotes taking turns) and pulled (time, bytes its clone gained) before the
+next: medians of three, and the server's bytes after the first.
 
 Then a model of 1 GiB (`--quick`: 128 MiB) is pushed and cloned through each
 pointer store, and by git-lfs, and the objects git-mgit pushed are moved again
@@ -79,6 +80,7 @@ RAW = {LFS: "plain client, LFS basic", S3: "plain client, S3"}
 # git-lfs's: every client moves this many objects at once.
 CONCURRENCY = DEFAULT_CONCURRENCY
 PREFIX = "models"
+ONE_MORE = 3  # checkpoints pushed and pulled one at a time after the history
 USER = "bench"
 _OID = re.compile(r"[0-9a-f]{64}")
 
@@ -193,8 +195,13 @@ def _rotations(tools: tuple[str, ...], rounds: int) -> Iterator[str]:
     """The tools `rounds` times, each round starting one further on: a noisy minute on a
     shared machine slows every tool, and none always runs right after another."""
     for r in range(rounds):
-        k = r % len(tools)
-        yield from tools[k:] + tools[:k]
+        yield from _turn(tools, r)
+
+
+def _turn(tools: tuple[str, ...], r: int) -> tuple[str, ...]:
+    """The tools in round `r`'s order."""
+    k = r % len(tools)
+    return tools[k:] + tools[:k]
 
 
 def _clones(
@@ -212,9 +219,9 @@ def _clones(
 
 
 def bench_series(
-    srv: Servers, tag: str, label: str, ckpts: list[Path], newest: Path
+    srv: Servers, tag: str, label: str, ckpts: list[Path], newer: list[Path]
 ) -> dict[str, Any]:
-    """Push, server bytes, clone, one more checkpoint pushed and pulled, per store."""
+    """Push, server bytes, clone, then each of `newer` pushed and pulled, per store."""
     env, work = srv.env, srv.root / "work"
     log(f"stores {label}: committing {len(ckpts)} checkpoints (git-mgit, git-lfs)")
     mgit = _committed(work / "mgit", env, "git-mgit", ckpts)
@@ -232,23 +239,54 @@ def bench_series(
             raise RuntimeError(f"{tool}: no objects found in its blob store after the push")
     log(f"stores {label}: {CLONES} fresh clones per remote, taking turns")
     clones, times = _clones(srv, remotes, work, models.file_hash(ckpts[-1]))
-    log(f"stores {label}: one more checkpoint, pushed and pulled")
     for tool in TOOLS:
         rows[tool]["clone_s"] = statistics.median(times[tool])
         rows[tool]["clone_times_s"] = times[tool]
         rows[tool]["clone_bytes"] = size_of(clones[tool] / ".git")
-        _commit(sources[tool], env, newest, "one more epoch")
-        rows[tool]["push_one_s"] = _timed(sources[tool], env, "push", "-q", "origin", "main")
-    expected = models.file_hash(newest)
+    one_more = _one_more(srv, remotes, sources, clones, newer)
     for tool in TOOLS:
-        before = size_of(clones[tool] / ".git")
-        rows[tool]["pull_s"] = _timed(clones[tool], env, "pull", "-q", "--ff-only")
-        _check(clones[tool], expected, f"{tool} pull")
-        rows[tool]["pull_bytes"] = size_of(clones[tool] / ".git") - before
-        rows[tool]["server_after_one_more"] = remotes[tool].stored(env)
+        rows[tool].update(one_more[tool])
         _drop(srv, remotes[tool])
     shutil.rmtree(work)
     return {"checkpoints": len(ckpts), "bytes_each": ckpts[0].stat().st_size, **rows}
+
+
+def _one_more(
+    srv: Servers,
+    remotes: dict[str, Remote],
+    sources: dict[str, Path],
+    clones: dict[str, Path],
+    newer: list[Path],
+) -> dict[str, dict[str, Any]]:
+    """Each of `newer` committed and pushed by every tool (taking turns), then pulled by each
+    tool's clone: a sub-second step timed once is mostly this machine's noise, so each is
+    timed len(newer) times (medians, and every time). The server's bytes after the first."""
+    env = srv.env
+    taken: dict[str, dict[str, list[float]]] = {
+        tool: {"push_one_times_s": [], "pull_times_s": [], "pull_bytes_each": []} for tool in TOOLS
+    }
+    out: dict[str, dict[str, Any]] = {tool: {} for tool in TOOLS}
+    for r, ckpt in enumerate(newer):
+        log(f"one more checkpoint ({r + 1} of {len(newer)}), pushed and pulled")
+        for tool in _turn(TOOLS, r):
+            _commit(sources[tool], env, ckpt, f"one more epoch ({r + 1})")
+            taken[tool]["push_one_times_s"].append(
+                _timed(sources[tool], env, "push", "-q", "origin", "main")
+            )
+        expected = models.file_hash(ckpt)
+        for tool in TOOLS:
+            before = size_of(clones[tool] / ".git")
+            taken[tool]["pull_times_s"].append(_timed(clones[tool], env, "pull", "-q", "--ff-only"))
+            _check(clones[tool], expected, f"{tool} pull")
+            taken[tool]["pull_bytes_each"].append(size_of(clones[tool] / ".git") - before)
+            if r == 0:
+                out[tool]["server_after_one_more"] = remotes[tool].stored(env)
+    for tool, lists in taken.items():
+        out[tool].update(lists)
+        out[tool]["push_one_s"] = statistics.median(lists["push_one_times_s"])
+        out[tool]["pull_s"] = statistics.median(lists["pull_times_s"])
+        out[tool]["pull_bytes"] = statistics.median(lists["pull_bytes_each"])
+    return out
 
 
 def _raw(srv: Servers, tool: str, remote: Remote, name: str) -> dict[str, Any]:
@@ -355,8 +393,8 @@ def bench(scratch: Path, env: dict[str, str], quick: bool) -> dict[str, Any]:
     n, size_mib, rounds = (4, 128, 1) if quick else (20, 1024, 3)
     results: dict[str, Any] = {"series": {}}
     with servers(scratch / "stores", env) as srv:
-        for i, (label, paths, train_s) in enumerate(trained(scratch, n, "stores")):
-            result = bench_series(srv, f"s{i}", label, paths[:-1], paths[-1])
+        for i, (label, paths, train_s) in enumerate(trained(scratch, n, "stores", ONE_MORE)):
+            result = bench_series(srv, f"s{i}", label, paths[:n], paths[n:])
             results["series"][label] = {**result, "train_s": train_s}
         results["transfer"] = bench_transfer(srv, size_mib, rounds)
     return results

@@ -10,9 +10,9 @@ tensor deltas.
 SHA-1 (~2 GB/s) is the bottleneck and must run twice over the payload: once
 for the object id in add(), and once for the pack trailer. The pack header
 holds the object count, which in general only finish() knows, so the trailer
-is computed there: finish() re-reads the pack from page cache on a worker
-that also computes the entries' CRC32 for the idx, while the kernel writes
-the pack back to disk; add() writes and computes adler32 while a worker
+is computed there: finish() maps the pack's pages (in page cache) and hashes
+them while a worker computes the entries' CRC32 for the idx and the kernel
+writes the pack back to disk; add() writes and computes adler32 while a worker
 hashes the object id. End to end throughput cannot exceed half the SHA-1
 speed (~1 GB/s here). A writer told how many objects it will hold (a
 download: so many objects and their anchor) hashes the pack and the CRC32s
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import mmap
 import os
 import struct
 import tempfile
@@ -56,11 +57,12 @@ BLOCK = 0xFFFF  # largest stored-block payload
 FULL_BLOCK = b"\x00\xff\xff\x00\x00"  # non-final stored block of BLOCK bytes
 WINDOW = BLOCK * 64  # adler32 and writes walk 4 MiB at a time (fewer syscalls, same speed)
 THREAD_MIN = 1 << 20  # below this, handing SHA-1 to the worker costs more than it saves
-READ_BLOCK = 8 << 20
+HASH_BLOCK = 8 << 20  # the pack's trailer is hashed this much at a time
 SMALL = 16 << 10  # objects below this are framed whole and written in batches
 BATCH = 1 << 20  # bytes of small entries held before they are written
 LARGE_OFFSET = 1 << 31  # idx v2: offsets from here on go to the 64-bit table
 T = TypeVar("T")
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: the pages mapped in one call, not faulted
 
 
 @functools.cache
@@ -384,42 +386,26 @@ class PackWriter:
         return offset
 
     def _digest_and_crcs(self) -> tuple[bytes, list[int]]:
-        """SHA-1 of the pack so far and each entry's CRC32, from one re-read of the file.
+        """SHA-1 of the pack so far and each entry's CRC32, from the pages just written.
 
-        The worker reads block k+1 and folds it into the CRCs while this thread hashes block k.
+        They are mapped, not read into buffers of ours (git maps its packs too): nothing
+        is copied, and no memory is taken afresh (on a VM whose host took freed memory
+        back, filling two new 8 MiB buffers cost as much as hashing the pack). The CRC32s
+        run on the worker while this thread hashes; both let go of the GIL.
         """
-        fd, end, pool = self._open_fd(), self._end, self._worker()
+        fd, end = self._open_fd(), self._end
         spans = list(self._entries.values())
-        crcs = [0] * len(spans)
-        bufs = [memoryview(bytearray(READ_BLOCK)) for _ in range(2)]
-        cur = 0  # first span not yet complete
-
-        def load(k: int, offset: int) -> memoryview:
-            nonlocal cur
-            n = os.preadv(fd, [bufs[k][: min(READ_BLOCK, end - offset)]], offset)
-            if n <= 0:
-                raise OSError(f"{self._tmp_pack} shrank while it was being hashed")
-            stop = offset + n
-            while cur < len(spans) and spans[cur][0] < stop:
-                s, e = spans[cur]
-                seg = bufs[k][max(s, offset) - offset : min(e, stop) - offset]
-                crcs[cur] = zlib_ng.crc32(seg, crcs[cur])
-                if e > stop:
-                    break
-                cur += 1
-            return bufs[k][:n]
-
-        h = hashlib.sha1()
-        offset, k = 0, 0
-        pending = pool.submit(load, k, offset)
-        while offset < end:
-            block = pending.result()
-            offset += block.nbytes
-            k ^= 1
-            if offset < end:
-                pending = pool.submit(load, k, offset)
-            h.update(block)
-        return h.digest(), crcs
+        with mmap.mmap(fd, end, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ) as pages:
+            view = memoryview(pages)
+            crcs = self._worker().submit(lambda: [zlib_ng.crc32(view[s:e]) for s, e in spans])
+            try:
+                h = hashlib.sha1()
+                for offset in range(0, end, HASH_BLOCK):
+                    h.update(view[offset : offset + HASH_BLOCK])
+                return h.digest(), crcs.result()
+            finally:
+                wait([crcs])  # its slices must go before the map can
+                view.release()
 
     def finish(self) -> Path | None:
         """Complete the pack and its idx and move both into place; None if nothing was added."""

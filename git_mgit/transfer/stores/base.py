@@ -14,11 +14,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.transfer.publish import Receiver, Written
 from git_mgit.transfer.stores.choice import Choice
+
+if TYPE_CHECKING:  # fetching needs no store's publishing side (the encoder's imports)
+    from git_mgit.transfer.publish import Receiver, Written
 
 
 @dataclass

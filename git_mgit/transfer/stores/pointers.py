@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
@@ -28,15 +29,17 @@ from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX, RECORD_REF
 from git_mgit.store.packwriter import PackWriter, built
-from git_mgit.transfer.publish import Receiver, Written
 from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
 from git_mgit.transfer.stores.blobs import BlobStore, Pointer
 from git_mgit.transfer.stores.choice import parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_refs
 from git_mgit.transfer.stores.registry import blob_store
-from git_mgit.transfer.stores.upload import Upload
 from git_mgit.transfer.versions import VersionRef
+
+if TYPE_CHECKING:  # a fetch resolves pointers without the push's encoder and uploads
+    from git_mgit.transfer.publish import Receiver, Written
+    from git_mgit.transfer.stores.upload import Upload
 
 
 class PointerStore(Store):
@@ -45,6 +48,8 @@ class PointerStore(Store):
     @contextmanager
     def sending(self, store: ChunkStore) -> Iterator[Receiver]:
         """Uploads begin with the first objects written (on a thread of their own)."""
+        from git_mgit.transfer.stores.upload import Upload
+
         self._upload = Upload(self.repo, self.remote, self.choice.url, store)
         try:
             yield self._upload

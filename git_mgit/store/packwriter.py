@@ -388,24 +388,44 @@ class PackWriter:
     def _digest_and_crcs(self) -> tuple[bytes, list[int]]:
         """SHA-1 of the pack so far and each entry's CRC32, from the pages just written.
 
-        They are mapped, not read into buffers of ours (git maps its packs too): nothing
-        is copied, and no memory is taken afresh (on a VM whose host took freed memory
-        back, filling two new 8 MiB buffers cost as much as hashing the pack). The CRC32s
-        run on the worker while this thread hashes; both let go of the GIL.
+        They are mapped a window at a time, not read into buffers of ours (git maps its
+        packs too): nothing is copied and no memory is taken afresh (on a VM whose host
+        took freed memory back, filling two new 8 MiB buffers cost as much as hashing the
+        pack), and a window is unmapped before the next, so the pages count towards this
+        process's memory one window at a time. The worker folds each window into the
+        CRC32s while this thread hashes it; both let go of the GIL.
         """
-        fd, end = self._open_fd(), self._end
+        fd, end, pool = self._open_fd(), self._end, self._worker()
         spans = list(self._entries.values())
-        with mmap.mmap(fd, end, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ) as pages:
-            view = memoryview(pages)
-            crcs = self._worker().submit(lambda: [zlib_ng.crc32(view[s:e]) for s, e in spans])
-            try:
-                h = hashlib.sha1()
-                for offset in range(0, end, HASH_BLOCK):
-                    h.update(view[offset : offset + HASH_BLOCK])
-                return h.digest(), crcs.result()
-            finally:
-                wait([crcs])  # its slices must go before the map can
-                view.release()
+        crcs = [0] * len(spans)
+        cur = 0  # first span not yet complete
+
+        def fold(window: memoryview, offset: int) -> None:
+            nonlocal cur
+            stop = offset + window.nbytes
+            while cur < len(spans) and spans[cur][0] < stop:
+                s, e = spans[cur]
+                seg = window[max(s, offset) - offset : min(e, stop) - offset]
+                crcs[cur] = zlib_ng.crc32(seg, crcs[cur])
+                seg.release()
+                if e > stop:
+                    break
+                cur += 1
+
+        h = hashlib.sha1()
+        for offset in range(0, end, HASH_BLOCK):  # a multiple of mmap's granularity
+            size = min(HASH_BLOCK, end - offset)
+            flags, prot = mmap.MAP_SHARED | _POPULATE, mmap.PROT_READ
+            with mmap.mmap(fd, size, flags=flags, prot=prot, offset=offset) as pages:
+                window = memoryview(pages)
+                folding = pool.submit(fold, window, offset)
+                try:
+                    h.update(window)
+                    folding.result()
+                finally:
+                    wait([folding])  # its slices must go before the map can
+                    window.release()
+        return h.digest(), crcs
 
     def finish(self) -> Path | None:
         """Complete the pack and its idx and move both into place; None if nothing was added."""

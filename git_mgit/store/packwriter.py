@@ -413,9 +413,9 @@ class PackWriter:
                 cur += 1
 
         h = hashlib.sha1()
+        flags, prot = mmap.MAP_SHARED | _POPULATE, mmap.PROT_READ
         for offset in range(0, end, HASH_BLOCK):  # a multiple of mmap's granularity
             size = min(HASH_BLOCK, end - offset)
-            flags, prot = mmap.MAP_SHARED | _POPULATE, mmap.PROT_READ
             with mmap.mmap(fd, size, flags=flags, prot=prot, offset=offset) as pages:
                 window = memoryview(pages)
                 folding = pool.submit(fold, window, offset)

@@ -197,8 +197,8 @@ def write(
     """Write the plan's objects and version refs here; returns them in push order.
 
     `receiver` is told of the objects as they are encoded and become readable, for a
-    store that sends them while the rest are written; `read` gives a chunk's verified bytes where
-    they need no decoding (a checked-out file), else None."""
+    store that sends them while the rest are written; `read` gives a chunk's verified
+    bytes where they need no decoding (a checked-out file), else None."""
     chosen = [v for v in cands.order() if v in plan.choices]
     # bases the remote has already (a fine-tune's base) are decoded too, not written
     involved = [*chosen, *{c.base for c in plan.choices.values() if c.base} - set(chosen)]

@@ -121,8 +121,8 @@ class BlobStore(ABC):
         """Send the objects the store lacks (asking it first); how many were sent.
 
         `objects` may be lazy (pointers as they are hashed, IDLE where none more is ready
-        yet: Chunks); a store may start sending before it ends. `read` returns an object's bytes; it may be called from several
-        threads, for any pointer `objects` has yielded.
+        yet: Chunks); a store may start sending before it ends. `read` returns an object's
+        bytes; it may be called from several threads, for any pointer `objects` has yielded.
         """
 
     @abstractmethod

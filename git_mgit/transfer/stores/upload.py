@@ -4,12 +4,12 @@ The push's encoding (publish.write) and its uploads would otherwise take
 turns: on a real network the upload is network-bound and the encoding
 CPU-bound, so running them side by side hides the shorter one. Objects are
 handed over as they are encoded (encoded(): sent from memory, objectbytes.py)
-or become readable here (readable()), hashed on git-mgit's cores, and sent in the blob store's chunks as they come (the store asks the
-server which it lacks, chunk by chunk: nothing is sent twice). finish()
-hands over the rest (every object the published versions file: the early
-ones are only a head start), waits, and returns what was sent; cancel()
-stops a push that failed, and what was uploaded stays (a rerun asks again
-and sends only the rest).
+or become readable here (readable()), hashed on git-mgit's cores, and sent
+in the blob store's chunks as they come (the store asks the server which it
+lacks, chunk by chunk: nothing is sent twice). finish() hands over the rest
+(every object the published versions file: the early ones are only a head
+start), waits, and returns what was sent; cancel() stops a push that failed,
+and what was uploaded stays (a rerun asks again and sends only the rest).
 
 Progress shows once the encoding is done, for the bytes left to send.
 """

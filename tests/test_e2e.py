@@ -403,6 +403,29 @@ def test_concurrent_lineage_notes_pushes_are_merged(
     assert '{"name":"alice"}' in notes and '{"name":"bob"}' in notes
 
 
+def test_a_refused_notes_push_stops_the_push_after_the_versions_went_out(
+    repo: Path, bare_remote: Remote
+) -> None:
+    """The notes are pushed while the versions are published: when the remote refuses them
+    for good, the push stops with git's reason and what to do, once the versions are out."""
+    commit_model(repo, model_bytes(1), "v1")
+    blob = run_git("rev-parse", "HEAD:model.safetensors", cwd=repo).stdout.strip()
+    run_git("notes", "--ref=mgit", "add", "-m", '{"name":"base"}', blob, cwd=repo)
+    hook = bare_remote.path / "hooks" / "pre-receive"
+    hook.write_text(
+        "#!/bin/sh\nwhile read old new ref; do case $ref in refs/notes/*)"
+        " echo 'no notes here' >&2; exit 1;; esac; done\n"
+    )
+    hook.chmod(0o755)
+    run_git("remote", "add", "origin", bare_remote.url, cwd=repo)
+    proc = run_git("push", "origin", "main", cwd=repo, check=False)
+    assert proc.returncode != 0
+    assert "could not push refs/notes/mgit" in proc.stderr and "git mgit push" in proc.stderr
+    listed = run_git("ls-remote", bare_remote.url, cwd=repo).stdout
+    assert "refs/mgit/v/" in listed  # published beside the notes' attempts
+    assert "refs/heads/main" not in listed and "refs/notes/mgit" not in listed
+
+
 def test_explicit_fetch_and_push_commands(repo: Path, bare_remote: Remote, tmp_path: Path) -> None:
     v1 = model_bytes(1)
     commit_model(repo, v1, "v1")

@@ -2,7 +2,7 @@
 
 `git push` does this itself (the pre-push hook), for the commits it pushes;
 this publishes the versions in HEAD's history (or in every branch and tag,
-or in the named commits) that REMOTE lacks, then the lineage notes.
+or in the named commits) that REMOTE lacks, and the lineage notes beside them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         tips = [
             repo.git("rev-parse", "--verify", f"{r}^{{commit}}") for r in args.revs or ("HEAD",)
         ]
-    report = push_versions(repo, remote, tips, [], set())
-    notes.push(repo, remote)
+    with notes.pushed_meanwhile(repo, remote):
+        report = push_versions(repo, remote, tips, [], set())
     print(f"git-mgit: {describe(report)}")
     return 0

@@ -7,7 +7,9 @@ refspec setup installs, and merged into refs/notes/mgit with `cat_sort_uniq`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import GitError, Repo
@@ -68,6 +70,31 @@ def push(repo: Repo, remote: str) -> None:
     """Push our notes; when someone else pushed notes meanwhile, merge theirs and retry."""
     if repo.git("rev-parse", "--verify", "--quiet", NOTES_REF, check=False):
         push_retrying(repo, remote, f"{NOTES_REF}:{NOTES_REF}", lambda: fetch(repo, remote))
+
+
+@contextmanager
+def pushed_meanwhile(repo: Repo, remote: str) -> Iterator[None]:
+    """Push our notes on a thread of their own while the block runs (a push's tensor
+    objects and version refs), and wait for them at its end: the two are independent
+    (a note names a commit, which the remote may receive later), and on a network each
+    is a few round trips of waiting. A failure of the notes' push is raised after the
+    block ends, unless the block raised first."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            push(repo, remote)
+        except BaseException as exc:  # raised where the push waits for it, below
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="mgit-notes", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def push_retrying(repo: Repo, remote: str, refspec: str, on_reject: Callable[[], None]) -> None:

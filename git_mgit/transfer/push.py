@@ -55,13 +55,13 @@ class Report:
 def pre_push(
     repo: Repo, remote: str, updates: Sequence[Update], listing: Listing | None = None
 ) -> Report:
-    """Publish what the updates bring, then push the notes; raises MgitError to stop the push.
+    """Publish what the updates bring, and push the notes meanwhile; raises MgitError to stop
+    the push.
     `listing`: push_listing(repo, remote), begun earlier."""
     tips = [u.local_oid for u in updates if u.local_oid != ZERO]
     old = [u.remote_oid for u in updates if u.remote_oid != ZERO]
-    report = push_versions(repo, remote, tips, old, {u.remote_ref for u in updates}, listing)
-    notes.push(repo, remote)
-    return report
+    with notes.pushed_meanwhile(repo, remote):
+        return push_versions(repo, remote, tips, old, {u.remote_ref for u in updates}, listing)
 
 
 def push_versions(

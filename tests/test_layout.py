@@ -48,7 +48,7 @@ def test_store_independent_transfer_code_imports_no_store(tmp_path) -> None:
         "git_mgit.transfer.history, git_mgit.transfer.versions, git_mgit.transfer.prune\n"
         "print(sorted(m for m in sys.modules if m.startswith('git_mgit.transfer.stores')))\n"
         "import git_mgit.filters.mgit_filter, git_mgit.transfer.fetch, git_mgit.transfer.push\n"
-        "print(sorted(m for m in ('obstore', 'urllib3', 'git_mgit.transfer.stores.lfs.store', "
+        "print(sorted(m for m in ('obstore', 'git_mgit.transfer.stores.lfs.connections', "
         "'git_mgit.transfer.stores.s3.store') if m in sys.modules))",
         tmp_path,
     )

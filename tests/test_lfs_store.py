@@ -12,6 +12,7 @@ import base64
 import itertools
 import json
 import os
+import ssl
 import subprocess
 import sys
 import threading
@@ -20,17 +21,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import urllib3
 
 from git_mgit.gitcmd import find_repo
 from git_mgit.transfer.stores.blobs import IDLE, BlobStoreError, Pieces, Pointer
 from git_mgit.transfer.stores.lfs import LfsStore, auth, endpoint_for, may_send_credentials
 from git_mgit.transfer.stores.lfs import store as lfs_store
 from git_mgit.transfer.stores.lfs.auth import Access
+from git_mgit.transfer.stores.lfs.connections import Pool
 from git_mgit.transfer.stores.lfs.creds import GitCredentials
 from git_mgit.transfer.stores.lfs.endpoint import SshTarget
 from git_mgit.transfer.stores.lfs.gitconfig import LfsConfig
-from git_mgit.transfer.stores.lfs.http import Http, Timeouts, read_object
+from git_mgit.transfer.stores.lfs.http import Http, Timeouts, read_body, read_object
 from git_mgit.transfer.stores.lfs.retry import Transient
 from git_mgit.transfer.stores.lfs.sshauth import ssh_argv
 from tests.gitsandbox import commit_files, init_repo, run_git
@@ -325,13 +326,16 @@ def test_a_corrupt_stored_object_is_never_yielded(lfs_server: LfsServer, lfs_rep
 def test_an_object_body_is_read_whole_or_found_short_or_long() -> None:
     """read_object receives a body straight into one buffer: one byte more than asked
     shows a body too long; a connection that ends early is Transient (retried), and a
-    whole body leaves the connection for the next request."""
+    whole body leaves the connection for the next request, which one with bytes left
+    unread cannot carry."""
     data = os.urandom(MiB + 3)
+    ports: list[int] = []  # the client's end of the connection, per request
 
     class Serve(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
+            ports.append(self.client_address[1])
             body = data + b"more" if self.path == "/long" else data
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -345,24 +349,87 @@ def test_an_object_body_is_read_whole_or_found_short_or_long() -> None:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Serve)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    pool = urllib3.PoolManager(maxsize=1)
+    pool = Pool(1, 5.0, 5.0)  # one connection: a request waits for the last one's release
     base = f"http://127.0.0.1:{server.server_port}"
 
     def get(path: str) -> bytes:
-        response = pool.request("GET", base + path, preload_content=False, retries=False)
-        return bytes(read_object(response, base + path, len(data)))
+        return bytes(
+            read_object(pool.request("GET", base + path, None, {}), base + path, len(data))
+        )
 
     try:
         assert get("/whole") == data
         assert get("/long") == data + b"m"  # size + 1: the caller's check refuses it
+        assert ports[1] == ports[0]  # kept alive after a whole body
         with pytest.raises(Transient):
             get("/short")
+        assert ports[2] != ports[1]  # not after bytes were left unread
         assert get("/whole") == data
-        assert pool.connection_from_url(base).num_connections <= 3
+        assert get("/whole") == data
+        assert ports[3] != ports[2] and ports[4] == ports[3]  # the server closed the short one
     finally:
         server.shutdown()
         server.server_close()
-        pool.clear()
+        pool.close()
+
+
+def test_https_verifies_the_server_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over HTTPS the client checks the server's certificate against the system's CAs: one
+    no CA signed is refused at once, in one line; the same one, trusted, is accepted and
+    its connection kept alive."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    request = [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]
+    san = ["-addext", "subjectAltName=IP:127.0.0.1"]
+    paths = ["-keyout", str(key), "-out", str(cert)]
+    subprocess.run(["openssl", *request, *san, *paths], check=True, capture_output=True)
+    ports: list[int] = []
+
+    class Serve(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            ports.append(self.client_address[1])
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Serve)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_port}/x"
+    try:
+        untrusting = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0))
+        with pytest.raises(BlobStoreError, match="TLS failed") as failure:
+            untrusting.send("GET", url, headers={})
+        assert "\n" not in str(failure.value)
+        untrusting.close()
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # OpenSSL's own CA file setting
+        trusting = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0))
+        for _ in range(2):
+            assert read_body(trusting.send("GET", url, headers={}), url) == b"ok"
+        assert len(ports) == 2 and ports[0] == ports[1]
+        trusting.close()
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize("sizes", [[65535] * 70 + [17], [3, 5 * MiB, 65535, 4 * MiB, 1, 0]])
@@ -419,7 +486,7 @@ def test_a_pieces_body_is_sent_whole_again_after_a_redirect(tmp_path: Path) -> N
         headers = {"Content-Length": str(len(data))}
         response = http.send("PUT", url, headers=headers, body=pieces)
         assert response.status == 200
-        response.drain_conn()
+        response.drain()
         assert got == [data]
     finally:
         server.shutdown()

@@ -145,7 +145,7 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
                 guessed.wait()
         if attempt == 0 and RECORD_REF in listing and guessed is None:  # a blob store's client,
             # while git fetches. A remote on this machine has no LFS endpoint in its URL, so
-            # its store is most likely a bucket: importing urllib3 too would only take the GIL
+            # its store is most likely a bucket: importing the LFS client too would only take the GIL
             # from the fetch's own threads (0.18 s of a 54 MiB S3 clone's thread time).
             registry.warm_up(*([S3] if source is not None else []))
         published = Published.from_listing(listing)

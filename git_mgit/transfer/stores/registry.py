@@ -46,7 +46,7 @@ def blob_store(repo: Repo, remote: str, url: str) -> BlobStore:
     )
 
 
-# The blob stores' clients: LFS's urllib3 and http.client take ~70 ms to import, obstore ~30.
+# The blob stores' clients: LFS's (http.client) takes ~30 ms to import, obstore's ~30.
 _CLIENTS = {LFS: "git_mgit.transfer.stores.lfs.store", S3: "obstore.store"}
 
 

@@ -1,11 +1,10 @@
-"""HTTP for the LFS client: one urllib3 pool, redirects followed by hand, credentials by the rules.
+"""HTTP for the LFS client: kept-alive connections, redirects followed here, credentials by the rules.
 
 - A request is sent without git's credentials until its server answers 401
   (auth.Access); a request that carries its own Authorization (an action's
   header, git-lfs-authenticate's) never gets git's.
-- Redirects are followed here, not by urllib3, so that a hop to another
-  scheme, host or port drops every Authorization header and asks for no
-  credentials there.
+- Redirects are followed here, so that a hop to another scheme, host or
+  port drops every Authorization header and asks for no credentials there.
 - No Authorization header ever goes over plain http except to loopback.
 - Failures worth a retry raise retry.Transient; the caller decides to retry.
 """
@@ -14,17 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import re
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.client import HTTPException
 from typing import TypeVar
 from urllib.parse import urljoin, urlsplit
 
-import urllib3
-from urllib3.exceptions import HTTPError, SSLError
-
 from git_mgit.transfer.stores.blobs import BlobStoreError, Body
 from git_mgit.transfer.stores.lfs.auth import Access
+from git_mgit.transfer.stores.lfs.connections import Pool, Response
 from git_mgit.transfer.stores.lfs.creds import Credential
 from git_mgit.transfer.stores.lfs.policy import may_send_credentials, origin, redact
 from git_mgit.transfer.stores.lfs.retry import Transient, retry_after, transient
@@ -50,12 +48,11 @@ class Http:
     def __init__(self, access: Access, pool_size: int, timeouts: Timeouts) -> None:
         self._access = access
         # One connection per transfer thread, and one for the caller's batch requests; a
-        # thread that finds them all busy waits for one (block): none is ever left unreturned.
-        self._pool = urllib3.PoolManager(num_pools=8, maxsize=pool_size + 1, block=True)
-        self._timeout = urllib3.Timeout(connect=timeouts.connect_s, read=timeouts.read_s)
+        # thread that finds them all busy waits for one: none is ever left unreturned.
+        self._pool = Pool(pool_size + 1, timeouts.connect_s, timeouts.read_s)
 
     def close(self) -> None:
-        self._pool.clear()
+        self._pool.close()
 
     def send(
         self,
@@ -65,7 +62,7 @@ class Http:
         headers: dict[str, str],
         body: Body | None = None,
         cred_url: str | None = None,
-    ) -> urllib3.BaseHTTPResponse:
+    ) -> Response:
         """The final response (body unread; the caller reads and releases it).
 
         `cred_url`: the URL git credential describes (None: never use git's credentials).
@@ -120,34 +117,25 @@ class Http:
         url: str,
         headers: dict[str, str],
         body: Body | None,
-    ) -> urllib3.BaseHTTPResponse:
+    ) -> Response:
         if _has_auth(headers) and not may_send_credentials(url):
             raise BlobStoreError(
                 f"{redact(url)}: refusing to send credentials over plain http to a host that is "
                 "not this machine; use an https URL for the LFS server"
             )
         try:
-            response = self._pool.request(
-                method,
-                url,
-                body=body,
-                headers=headers,
-                redirect=False,
-                retries=False,
-                preload_content=False,
-                timeout=self._timeout,
-            )
-        except SSLError:
+            response = self._pool.request(method, url, body, headers)
+        except ssl.SSLError:
             raise BlobStoreError(
                 f"{redact(url)}: TLS failed (certificate or protocol); check the server's certificate"
             ) from None
-        except HTTPError as exc:
+        except (OSError, HTTPException) as exc:
             raise Transient(f"{describe(exc)} talking to {redact(url)}") from None
         trace(f"{method} {redact(url)} -> {response.status}")
         return response
 
 
-def read_body(response: urllib3.BaseHTTPResponse, url: str, limit: int | None = None) -> bytes:
+def read_body(response: Response, url: str, limit: int | None = None) -> bytes:
     """The whole body (at most `limit` bytes are read: more is the caller's to judge);
     a body cut short is Transient."""
 
@@ -164,16 +152,15 @@ def read_body(response: urllib3.BaseHTTPResponse, url: str, limit: int | None = 
     return _released(response, url, read)
 
 
-def read_object(response: urllib3.BaseHTTPResponse, url: str, size: int) -> bytes | memoryview:
+def read_object(response: Response, url: str, size: int) -> bytes | memoryview:
     """At most size + 1 bytes of the body (one more tells the caller it is too long).
 
-    They are received straight into one buffer: through urllib3's read() every byte
-    is copied twice more (its chunks, then their join), which on a small VM costs
-    about as much as the SHA-256 that checks them. That needs http.client's response
-    under urllib3's (a private attribute); without it, or for an encoded body, read()."""
-    raw = getattr(response, "_fp", None)
+    They are received straight into one buffer: read() in pieces would copy every
+    byte twice more (the pieces, then their join), which on a small VM costs about
+    as much as the SHA-256 that checks them. An encoded body is read()."""
+    raw = response.raw
     encoded = response.headers.get("Content-Encoding", "identity").lower() != "identity"
-    if encoded or not hasattr(raw, "readinto"):
+    if encoded:
         return read_body(response, url, limit=size)
 
     def read() -> tuple[memoryview, bool]:
@@ -188,25 +175,23 @@ def read_object(response: urllib3.BaseHTTPResponse, url: str, size: int) -> byte
     return _released(response, url, read)
 
 
-def _released(
-    response: urllib3.BaseHTTPResponse, url: str, read: Callable[[], tuple[T, bool]]
-) -> T:
+def _released(response: Response, url: str, read: Callable[[], tuple[T, bool]]) -> T:
     """What `read` returns (the body, and whether it was read to its end), the connection
     released after: closed when bytes are left unread (it cannot carry another request)."""
     whole = False
     try:
         data, whole = read()
         return data
-    except (HTTPError, OSError, HTTPException) as exc:
+    except (OSError, HTTPException) as exc:
         raise Transient(f"{describe(exc)} reading from {redact(url)}") from None
     finally:
         if not whole:
             response.close()
-        response.release_conn()
+        response.release()
 
 
 def describe(exc: BaseException) -> str:
-    """A urllib3 failure in a few words, never its URL (hrefs carry tokens in queries)."""
+    """A connection's failure in a few words, never its URL (hrefs carry tokens in queries)."""
     name = type(exc).__name__
     errno = _ERRNO.search(str(exc))
     if errno:
@@ -221,7 +206,7 @@ def _has_auth(headers: dict[str, str]) -> bool:
     return any(k.lower() == "authorization" for k in headers)
 
 
-def _discard(response: urllib3.BaseHTTPResponse) -> None:
-    with contextlib.suppress(HTTPError):
-        response.drain_conn()
-    response.release_conn()
+def _discard(response: Response) -> None:
+    with contextlib.suppress(OSError, HTTPException):
+        response.drain()
+    response.release()

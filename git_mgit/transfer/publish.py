@@ -280,8 +280,10 @@ def _set_refs(store: ChunkStore, written: list[Written], plan: Plan) -> None:
     """
     repo = store.repo
     lines = [f"update {w.ref.name} {w.ref.commit}\n" for w in written]
-    have = set(repo.git("for-each-ref", "--format=%(refname)", *plan.replaced.values()).split())
-    lines += [f"delete {name}\n" for name in plan.replaced.values() if name in have]
+    if plan.replaced:  # (for-each-ref with no pattern would list every ref)
+        names = plan.replaced.values()
+        have = set(repo.git("for-each-ref", "--format=%(refname)", *names).split())
+        lines += [f"delete {name}\n" for name in names if name in have]
     lines += _retired(store, {h: oid for w in written for h, (oid, _) in w.objects.items()})
     repo.git("update-ref", "--stdin", input="".join(lines).encode())
     store.invalidate()

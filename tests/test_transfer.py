@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -475,13 +476,15 @@ def _git_processes(trace: Path, command: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("kind", ["http", "lfs"])
-def test_a_fresh_clone_fetches_its_versions_refs_beside_the_listing(
+def test_a_fresh_checkout_lists_the_remote_while_its_filter_loads(
     tmp_path: Path, kind: str, request: pytest.FixtureRequest
 ) -> None:
-    """A fresh clone's checkout fetches `refs/mgit/v/<version>*` by name while the listing
-    runs: one fetch, begun before the listing was back, and the listing finds nothing left
-    to fetch. A fresh clone checked out at an older commit, whose version is a delta, gets
-    that ref the same way and the bases it leans on in one more fetch."""
+    """A fresh clone's filter lists the remote before it loads; its checkout then fetches
+    the version refs by object id: one listing, one fetch, no guess. So does the first
+    checkout of a clone made with --no-checkout, at an older commit whose version is a
+    delta: its ref and the bases it leans on in that one fetch. A clone that has an index
+    already guesses instead: it fetches `refs/mgit/v/<version>*` by name while the listing
+    runs, then the bases in one more fetch."""
     if kind == "http":
         remote = request.getfixturevalue("http_remote")
     else:
@@ -492,35 +495,47 @@ def test_a_fresh_clone_fetches_its_versions_refs_beside_the_listing(
         )
     versions = series()
     src, commits = source(tmp_path, remote, versions)
-    tip = run_git("rev-parse", f"HEAD:{MODEL}", cwd=src).stdout.strip()
     trace = tmp_path / "trace2.json"
-    run_git(
-        "clone",
-        "-q",
-        remote.url,
-        str(tmp_path / "fresh"),
-        cwd=tmp_path,
-        env={"GIT_TRACE2_EVENT": str(trace)},
-    )
+
+    def traced(*args: str, cwd: Path) -> tuple[list[dict], list[dict]]:
+        """The `git fetch` and `git ls-remote` processes of one git command."""
+        trace.unlink(missing_ok=True)
+        run_git(*args, cwd=cwd, env={"GIT_TRACE2_EVENT": str(trace)})
+        return _git_processes(trace, "fetch"), _git_processes(trace, "ls-remote")
+
+    def by_id(fetch: dict) -> list[str]:
+        """The refs a fetch names; each by the object id the listing gave (no glob)."""
+        specs = [a for a in fetch["argv"] if a.startswith("+")]
+        assert all(re.fullmatch(r"\+[0-9a-f]{40}:refs/\S+", a) for a in specs), specs
+        return [a.split(":", 1)[1] for a in specs]
+
+    (fetch,), (_,) = traced("clone", "-q", remote.url, str(tmp_path / "fresh"), cwd=tmp_path)
     assert (tmp_path / "fresh" / MODEL).read_bytes() == versions[-1]
-    (fetch,) = _git_processes(trace, "fetch")
-    (listing,) = _git_processes(trace, "ls-remote")
-    assert f"+refs/mgit/v/{tip}*:refs/mgit/v/{tip}*" in fetch["argv"]
-    assert fetch["time"] < listing["exited"]  # side by side
+    tip = run_git("rev-parse", f"HEAD:{MODEL}", cwd=src).stdout.strip()
+    assert f"refs/mgit/v/{tip}" in by_id(fetch)
     note = run_git("notes", "--ref=mgit", "show", f"HEAD:{MODEL}", cwd=tmp_path / "fresh").stdout
     assert note.strip() == '{"name":"tip"}'  # the notes came with it
 
+    v1 = run_git("rev-parse", f"{commits[1]}:{MODEL}", cwd=src).stdout.strip()
     older = tmp_path / "older"
     run_git("clone", "-q", "-n", remote.url, str(older), cwd=tmp_path)
-    trace.unlink()
-    run_git("checkout", "-q", commits[1], cwd=older, env={"GIT_TRACE2_EVENT": str(trace)})
+    (fetch,), (_,) = traced("checkout", "-q", commits[1], cwd=older)
     assert (older / MODEL).read_bytes() == versions[1]
-    v1 = run_git("rev-parse", f"{commits[1]}:{MODEL}", cwd=older).stdout.strip()
-    guessed, bases = _git_processes(trace, "fetch")
-    assert f"+refs/mgit/v/{v1}*:refs/mgit/v/{v1}*" in guessed["argv"]
-    assert not any(a.startswith("+refs/mgit/v/") and a.endswith("*") for a in bases["argv"])
-    assert len(_git_processes(trace, "ls-remote")) == 1
+    names = by_id(fetch)
+    (mine,) = [n for n in names if n.startswith(f"refs/mgit/v/{v1}.")]  # a delta
+    assert all(f"refs/mgit/v/{b}" in " ".join(names) for b in mine.split(".")[1:])
     mgit("fsck", cwd=older)
+
+    indexed = tmp_path / "indexed"
+    run_git("clone", "-q", "-n", remote.url, str(indexed), cwd=tmp_path)
+    run_git("read-tree", "HEAD", cwd=indexed)  # an index: not a fresh checkout
+    (guessed, bases), listings = traced("checkout", "-q", commits[1], cwd=indexed)
+    assert (indexed / MODEL).read_bytes() == versions[1]
+    assert f"+refs/mgit/v/{v1}*:refs/mgit/v/{v1}*" in guessed["argv"]
+    assert guessed["time"] < listings[0]["exited"]  # side by side
+    assert not any(a.startswith("+refs/mgit/v/") and a.endswith("*") for a in bases["argv"])
+    assert len(listings) == 1
+    mgit("fsck", cwd=indexed)
 
 
 def test_a_fine_tune_is_published_as_a_delta_of_its_base_in_the_same_commit(

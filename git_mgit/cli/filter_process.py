@@ -12,13 +12,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from git_mgit.transfer.guess import ahead
+
+    repo = find_repo()
+    ahead.begin(repo)  # a fresh checkout's listing of the remote, while the filter loads
     from git_mgit.filters.mgit_filter import MgitFilter
     from git_mgit.filters.process import serve
     from git_mgit.malloc import reuse_freed_chunks
 
     reuse_freed_chunks()
-    handler = MgitFilter(find_repo())
+    handler = MgitFilter(repo)
     try:
         return serve(handler)
     finally:
         handler.close()
+        ahead.drop()

@@ -27,7 +27,15 @@ from git_mgit.store.gitobjects import object_id
 from git_mgit.store.lookup import ANCHOR_PREFIX, RECORD_REF, anchor_objects, anchor_tips
 from git_mgit.transfer import guess, notes
 from git_mgit.transfer.local import LocalCopy, git_dir_at, remote_url
-from git_mgit.transfer.remotes import RemoteUnreachable, candidates, list_versions, transfer
+from git_mgit.transfer.remotes import (
+    FETCH_PATTERNS,
+    Listing,
+    RemoteUnreachable,
+    candidates,
+    list_versions,
+    remembered,
+    transfer,
+)
 from git_mgit.transfer.stores import pointers, registry
 from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.choice import S3
@@ -133,20 +141,23 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
     notes_ref = notes.remote_notes_ref(remote)
     url = remote_url(repo, remote)
     source = git_dir_at(repo, url)
-    # a fresh clone's refs by name, beside the listing (guess.py); the listing decides
-    guessed = None if source is not None else guess.begin(repo, remote, url, wanted)
-    if guessed is not None:  # its store's client too, most likely LFS's (70 ms of import)
+    # A fresh checkout's listing, begun before the filter loaded; else a fresh clone's refs
+    # by name, beside the listing (guess.py). The listing decides.
+    ahead = guess.ahead.take(remote) if source is None else None
+    guessed = None if source is not None or ahead else guess.begin(repo, remote, url, wanted)
+    if guessed is not None or ahead is not None:  # its store's client too, most likely LFS's
         registry.warm_up()
     for attempt in range(_ROUNDS):
         try:
-            listing = list_versions(repo, remote, f"{ANCHOR_PREFIX}*", notes.NOTES_REF, RECORD_REF)
+            listing = _listing(repo, remote, ahead if attempt == 0 else None)
         finally:
             if guessed is not None:
                 guessed.wait()
-        if attempt == 0 and RECORD_REF in listing and guessed is None:  # a blob store's client,
-            # while git fetches. A remote on this machine has no LFS endpoint in its URL, so
-            # its store is most likely a bucket: importing the LFS client too would only take the GIL
-            # from the fetch's own threads (0.18 s of a 54 MiB S3 clone's thread time).
+        if attempt == 0 and RECORD_REF in listing and guessed is None and ahead is None:
+            # A blob store's client, while git fetches. A remote on this machine has no LFS
+            # endpoint in its URL, so its store is most likely a bucket: importing the LFS
+            # client too would only take the GIL from the fetch's own threads (0.18 s of a
+            # 54 MiB S3 clone's thread time).
             registry.warm_up(*([S3] if source is not None else []))
         published = Published.from_listing(listing)
         local = anchor_tips(repo)
@@ -188,6 +199,17 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
     notes.merge(repo, notes_ref)
     pointers.resolve(store, remote, closure)
     return len(refs)
+
+
+def _listing(repo: Repo, remote: str, ahead: Listing | None) -> dict[str, str]:
+    """What the remote lists: the listing begun ahead, if it got an answer (it could not ask
+    for credentials), else a listing begun now."""
+    if ahead is not None:
+        try:
+            return remembered(repo, ahead)
+        except RemoteUnreachable:
+            pass
+    return list_versions(repo, remote, *FETCH_PATTERNS)
 
 
 def keep_replaced(repo: Repo, commits: set[str]) -> None:

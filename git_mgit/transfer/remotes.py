@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import GitError, Repo, gist
-from git_mgit.store.lookup import PARTIAL_PREFIX, RECORD_REF, VERSION_PREFIX
+from git_mgit.store.lookup import ANCHOR_PREFIX, PARTIAL_PREFIX, RECORD_REF, VERSION_PREFIX
+from git_mgit.transfer.notes import NOTES_REF
 
 # Keep every fetched pack as it arrives: git unpacks small fetches into loose
 # objects, recompressing tensor objects and hiding them from the pack reader.
@@ -53,18 +54,27 @@ def candidates(repo: Repo) -> list[str]:
 # What a push lists beside the version refs: parts of an unfinished push, the branches and
 # tags (whose versions the remote holds), and the store the remote records.
 _PUSH_PATTERNS = (f"{PARTIAL_PREFIX}*", "refs/heads/*", "refs/tags/*", RECORD_REF)
+# What a fetch lists beside the version refs: anchors (a remote from before version refs),
+# the lineage notes, and the store the remote records.
+FETCH_PATTERNS = (f"{ANCHOR_PREFIX}*", NOTES_REF, RECORD_REF)
 
 
 class Listing:
     """A `git ls-remote` under way, read when needed."""
 
     def __init__(
-        self, remote: str, patterns: Sequence[str], cwd: str | os.PathLike[str] | None = None
+        self,
+        remote: str,
+        patterns: Sequence[str],
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """`env`: set in git's environment (to keep it from prompting, say)."""
         self.remote = remote
         self._proc = subprocess.Popen(
             ["git", "ls-remote", remote, *patterns],
             cwd=cwd,
+            env={**os.environ, **env} if env else None,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -28,11 +28,10 @@ from git_mgit.store.lookup import ANCHOR_PREFIX, RECORD_REF, anchor_objects, anc
 from git_mgit.transfer import guess, notes
 from git_mgit.transfer.local import LocalCopy, git_dir_at, remote_url
 from git_mgit.transfer.remotes import (
-    FETCH_PATTERNS,
     Listing,
     RemoteUnreachable,
     candidates,
-    list_versions,
+    fetch_listing,
     remembered,
     transfer,
 )
@@ -209,7 +208,7 @@ def _listing(repo: Repo, remote: str, ahead: Listing | None) -> dict[str, str]:
             return remembered(repo, ahead)
         except RemoteUnreachable:
             pass
-    return list_versions(repo, remote, *FETCH_PATTERNS)
+    return remembered(repo, fetch_listing(repo, remote))
 
 
 def keep_replaced(repo: Repo, commits: set[str]) -> None:

@@ -37,12 +37,7 @@ from collections.abc import Iterable
 from git_mgit.gitcmd import Repo
 from git_mgit.store.lookup import VERSION_PREFIX
 from git_mgit.transfer import notes
-from git_mgit.transfer.remotes import (
-    FETCH_PATTERNS,
-    KEEP_PACKS,
-    Listing,
-    default_remote,
-)
+from git_mgit.transfer.remotes import KEEP_PACKS, Listing, default_remote, fetch_listing
 
 _QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "GCM_INTERACTIVE": "never"}
 
@@ -105,8 +100,7 @@ class Ahead:
             remote = default_remote(repo)
             url = repo.git("remote", "get-url", remote) if remote else ""
             if remote and url.startswith(("http://", "https://")):
-                patterns = (f"{VERSION_PREFIX}*", *FETCH_PATTERNS)
-                self._listings[remote] = Listing(remote, patterns, repo.worktree, _QUIET)
+                self._listings[remote] = fetch_listing(repo, remote, _QUIET)
 
 
 ahead = Ahead()  # the filter process's (one repository, one fresh checkout)

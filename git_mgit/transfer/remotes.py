@@ -56,7 +56,7 @@ def candidates(repo: Repo) -> list[str]:
 _PUSH_PATTERNS = (f"{PARTIAL_PREFIX}*", "refs/heads/*", "refs/tags/*", RECORD_REF)
 # What a fetch lists beside the version refs: anchors (a remote from before version refs),
 # the lineage notes, and the store the remote records.
-FETCH_PATTERNS = (f"{ANCHOR_PREFIX}*", NOTES_REF, RECORD_REF)
+_FETCH_PATTERNS = (f"{ANCHOR_PREFIX}*", NOTES_REF, RECORD_REF)
 
 
 class Listing:
@@ -111,6 +111,12 @@ def ls_remote(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:
 def push_listing(repo: Repo, remote: str) -> Listing:
     """What a push to `remote` lists (its version refs and _PUSH_PATTERNS), started now."""
     return Listing(remote, (f"{VERSION_PREFIX}*", *_PUSH_PATTERNS), _cwd(repo))
+
+
+def fetch_listing(repo: Repo, remote: str, env: Mapping[str, str] | None = None) -> Listing:
+    """What a fetch from `remote` lists (its version refs and _FETCH_PATTERNS), started now;
+    `env` as Listing takes it."""
+    return Listing(remote, (f"{VERSION_PREFIX}*", *_FETCH_PATTERNS), _cwd(repo), env)
 
 
 def _cwd(repo: Repo) -> os.PathLike[str]:

@@ -23,6 +23,8 @@ from http.client import HTTPConnection, HTTPMessage, HTTPResponse, HTTPSConnecti
 from ssl import SSLContext
 from urllib.parse import urlsplit
 
+from git_mgit.transfer.stores.lfs.policy import origin
+
 Origin = tuple[str, str, int]
 
 
@@ -145,13 +147,13 @@ class Pool:
         headers: dict[str, str],
     ) -> Response:
         """Send one request and read its status and headers; the body is the caller's.
-        Raises OSError (ssl.SSLError for TLS) or http.client.HTTPException on failure."""
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https"):
+        Raises ValueError for a URL that is not http(s), OSError (ssl.SSLError for TLS) or
+        http.client.HTTPException on failure."""
+        scheme, host, port = origin(url)
+        if port is None:
             raise ValueError(f"not an http(s) URL: {scheme}")
-        port = parts.port or (443 if scheme == "https" else 80)
-        home = self._origin((scheme, parts.hostname or "", port))
+        home = self._origin((scheme, host, port))
+        parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn = home.get()
         try:

@@ -129,6 +129,11 @@ class Http:
             raise BlobStoreError(
                 f"{redact(url)}: TLS failed (certificate or protocol); check the server's certificate"
             ) from None
+        except ValueError:  # a scheme or port no request can go to, from an answer or redirect
+            raise BlobStoreError(
+                f"{redact(url)}: not an http(s) URL the LFS server could send us to; check the "
+                "LFS URL, or tell the server's operator"
+            ) from None
         except (OSError, HTTPException) as exc:
             raise Transient(f"{describe(exc)} talking to {redact(url)}") from None
         trace(f"{method} {redact(url)} -> {response.status}")

@@ -163,6 +163,10 @@ def approxidate(repo: Repo, when: str) -> int:
     return int(out.split("=", 1)[1])
 
 
+# For git run ahead of need (a listing, a credential fill begun early): it fails at once
+# where it would prompt, and the need, when it comes, asks the usual way.
+NO_PROMPT = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "GCM_INTERACTIVE": "never"}
+
 # What locates a repository, an index or an object store: git sets them for a filter.
 _REPO_VARS = frozenset(
     {

@@ -16,6 +16,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 
 from git_mgit.gitcmd import find_repo
 from git_mgit.transfer.stores.blobs import IDLE, BlobStoreError, Pieces, Pointer
+from git_mgit.transfer.stores.choice import choose
 from git_mgit.transfer.stores.lfs import LfsStore, auth, endpoint_for, may_send_credentials
 from git_mgit.transfer.stores.lfs import store as lfs_store
 from git_mgit.transfer.stores.lfs.auth import Access
@@ -34,6 +36,7 @@ from git_mgit.transfer.stores.lfs.gitconfig import LfsConfig
 from git_mgit.transfer.stores.lfs.http import Http, Timeouts, read_body, read_object
 from git_mgit.transfer.stores.lfs.retry import Transient
 from git_mgit.transfer.stores.lfs.sshauth import ssh_argv
+from git_mgit.transfer.stores.registry import Opening
 from tests.gitsandbox import commit_files, init_repo, run_git
 from tests.servers.faults import FaultProxy
 from tests.servers.lfs import LfsServer
@@ -560,6 +563,61 @@ def test_a_server_that_asked_for_credentials_gets_them_first_in_the_next_process
         auth.forget()
         assert store_for(other).missing(list(objects)) == []
         assert refused() == 2
+
+
+def test_a_push_opens_its_lfs_store_while_the_remote_lists(
+    lfs_server: LfsServer, workrepo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a push's Opening does before any request: it finds the endpoint, fills the
+    credentials a helper has for a server known to ask, and connects; the first batch
+    request then carries them (no 401). It never prompts: with no helper, askpass is not
+    run ahead, and the first request asks the usual way."""
+    objects = blobs(100, 200)
+    log = tmp_path / "helper.log"
+    with FaultProxy(lfs_server.url) as proxy:
+        lfs_server.store_credentials(tmp_path / "creds", also=(proxy.url,))
+        helper = (
+            f"!f() {{ echo $1 >>{log}; git credential-store --file={tmp_path / 'creds'} $1; }}; f"
+        )
+        run_git("config", "--global", "credential.helper", helper, cwd=workrepo)
+        url = f"{proxy.url}/org/repo.git"
+        run_git("remote", "add", "origin", url, cwd=workrepo)
+        run_git("config", "mgit.store", "lfs", cwd=workrepo)
+        (workrepo / ".git" / "mgit").mkdir()
+        (workrepo / ".git" / "mgit" / "lfs-access").write_text(f"{url}\n")  # known to ask
+        repo = find_repo(workrepo)
+        choice = choose(repo, "origin")
+        assert choice.kind == "lfs"
+
+        store = Opening(repo, "origin", "upload").take(choice.url)
+        assert store is not None
+        assert log.read_text() == "get\n" and proxy.requests == []
+        for _ in range(200):  # the proxy counts a connection on the thread that serves it
+            if proxy.connections:
+                break
+            time.sleep(0.01)
+        assert proxy.connections == 1
+        assert store.upload(list(objects), objects.__getitem__) == 2
+        store.close()
+        assert all(r.status == 200 for r in proxy.requests)  # none refused: no 401 first
+        assert log.read_text() == "get\nstore\n"  # approved, never filled twice
+
+        auth.forget()  # a new process, with no helper: a person would be asked
+        run_git("config", "--global", "--unset", "credential.helper", cwd=workrepo)
+        asked = tmp_path / "askpass.log"
+        askpass = tmp_path / "askpass"
+        askpass.write_text(
+            f'#!/bin/sh\necho "$1" >>{asked}\n'
+            f'case "$1" in Username*) echo {lfs_server.username};; '
+            f"*) echo {lfs_server.password};; esac\n"
+        )
+        askpass.chmod(0o700)
+        monkeypatch.setenv("GIT_ASKPASS", str(askpass))
+        store = Opening(repo, "origin", "upload").take(choice.url)
+        assert store is not None and not asked.exists()  # not prompted ahead
+        assert store.missing(list(objects)) == []
+        store.close()
+        assert asked.read_text().count("\n") == 2  # asked when the request needed them
 
 
 def test_no_credential_helper_fails_at_once(lfs_server: LfsServer, lfs_repo: Path) -> None:

@@ -655,12 +655,10 @@ def test_a_push_loads_its_stores_client_while_the_remote_lists(tmp_path: Path) -
     run_git("remote", "add", "origin", (tmp_path / "remote.git").as_uri(), cwd=root)
     clients = ("git_mgit.transfer.stores.lfs.store", "obstore.store")
     code = (
-        "import sys, threading\n"
+        "import sys\n"
         "from git_mgit.gitcmd import find_repo\n"
-        "from git_mgit.transfer.stores.registry import warm_up_for\n"
-        "warm_up_for(find_repo(), 'origin')\n"
-        "for t in threading.enumerate():\n"
-        "    if t.name == 'mgit-import': t.join()\n"
+        "from git_mgit.transfer.stores.registry import Opening\n"
+        "Opening(find_repo(), 'origin', 'upload').take('')\n"
         f"print(*[m for m in {clients!r} if m in sys.modules])\n"
     )
     for setting, loaded in (("refs", ""), ("lfs", clients[0]), ("s3://bucket/models", clients[1])):

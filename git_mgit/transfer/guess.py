@@ -34,12 +34,10 @@ import subprocess
 import threading
 from collections.abc import Iterable
 
-from git_mgit.gitcmd import Repo
+from git_mgit.gitcmd import NO_PROMPT, Repo
 from git_mgit.store.lookup import VERSION_PREFIX
 from git_mgit.transfer import notes
 from git_mgit.transfer.remotes import KEEP_PACKS, Listing, default_remote, fetch_listing
-
-_QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "", "GCM_INTERACTIVE": "never"}
 
 
 def begin(
@@ -58,7 +56,7 @@ def begin(
         + [f"+{name}:{name}" for name in names]
         + [notes.notes_refspec(remote)],  # a glob: a remote without notes fails nothing
         cwd=repo.worktree or repo.git_dir,
-        env={**os.environ, **_QUIET},
+        env={**os.environ, **NO_PROMPT},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -100,7 +98,7 @@ class Ahead:
             remote = default_remote(repo)
             url = repo.git("remote", "get-url", remote) if remote else ""
             if remote and url.startswith(("http://", "https://")):
-                self._listings[remote] = fetch_listing(repo, remote, _QUIET)
+                self._listings[remote] = fetch_listing(repo, remote, NO_PROMPT)
 
 
 ahead = Ahead()  # the filter process's (one repository, one fresh checkout)

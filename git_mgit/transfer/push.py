@@ -23,7 +23,7 @@ from git_mgit.transfer.publish import Written
 from git_mgit.transfer.remotes import Listing, push_listing, remember, remembered
 from git_mgit.transfer.stores.choice import REFS, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
-from git_mgit.transfer.stores.registry import store_for, warm_up_for
+from git_mgit.transfer.stores.registry import Opening, store_for
 from git_mgit.transfer.trace import tracer
 from git_mgit.transfer.versions import Published
 from git_mgit.worktree.checkedout import CheckedOut
@@ -78,9 +78,24 @@ def push_versions(
     re-published as deltas of the new ones); `moving` names those remote refs;
     `started`: the remote's listing (push_listing), begun earlier.
     """
+    opening = Opening(repo, remote, "upload")  # while the remote lists its refs
+    try:
+        return _push_versions(repo, remote, tips, old_tips, moving, started, opening)
+    finally:
+        opening.close()
+
+
+def _push_versions(
+    repo: Repo,
+    remote: str,
+    tips: Sequence[str],
+    old_tips: Sequence[str],
+    moving: set[str],
+    started: Listing | None,
+    opening: Opening,
+) -> Report:
     settings = config.load(repo)
     report = Report()
-    warm_up_for(repo, remote)  # the store's client loads while the remote lists its refs
     listing = remembered(repo, started or push_listing(repo, remote))
     _trace(f"the remote lists {len(listing)} refs")
     published = Published.from_listing(listing)
@@ -113,7 +128,7 @@ def push_versions(
         estimates = layout.estimate(store, cands, settings.max_chain_depth, read)
         plan = layout.decide(cands, estimates, settings.fetch_budget, settings.max_chain_depth)
         _trace(f"{len(plan.choices)} versions to publish to the {report.store.kind} store")
-        target = store_for(repo, remote, report.store)
+        target = store_for(repo, remote, report.store, opening)
         report.replaced = list(plan.replaced.values())
         with target.sending(store) as receiver:  # a blob store's uploads begin meanwhile
             report.published = publish.write(store, cands, plan, receiver, read)

@@ -138,6 +138,11 @@ class FaultProxy:
         `after` bytes of its body, then the connection closes."""
         self._arm(_Fault("drop_response", method, re.compile(path), times, after=after))
 
+    @property
+    def connections(self) -> int:
+        """Client connections open now."""
+        return self._server.open_count()
+
     def clear(self) -> None:
         """Disarm every fault not yet used (the counters stay)."""
         with self._lock:
@@ -407,6 +412,10 @@ class _Server(socketserver.ThreadingTCPServer):
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def open_count(self) -> int:
+        with self._connections_lock:
+            return len(self._connections)
 
     def opened(self, connection: socket.socket) -> None:
         with self._connections_lock:

@@ -135,6 +135,10 @@ class BlobStore(ABC):
         corrupt, or cannot be had; nothing unverified is ever yielded.
         """
 
+    def prepare(self, operation: str) -> None:  # noqa: B027 - nothing to set up for most
+        """Get ready for a first `operation` ("upload" or "download") while the caller still
+        waits on something else; best effort, never prompting, raising nothing."""
+
     def close(self) -> None:  # noqa: B027 - stores without connections have nothing to do
         """Release connections."""
 

@@ -32,25 +32,32 @@ from git_mgit.store.packwriter import PackWriter, built
 from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
 from git_mgit.transfer.stores.blobs import BlobStore, Pointer
-from git_mgit.transfer.stores.choice import parse_record, record_text
+from git_mgit.transfer.stores.choice import Choice, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_refs
 from git_mgit.transfer.stores.registry import blob_store
 from git_mgit.transfer.versions import VersionRef
 
 if TYPE_CHECKING:  # a fetch resolves pointers without the push's encoder and uploads
     from git_mgit.transfer.publish import Receiver, Written
+    from git_mgit.transfer.stores.registry import Opening
     from git_mgit.transfer.stores.upload import Upload
 
 
 class PointerStore(Store):
     _upload: Upload | None = None  # while sending()
 
+    def __init__(
+        self, repo: Repo, remote: str, choice: Choice, opening: Opening | None = None
+    ) -> None:
+        super().__init__(repo, remote, choice)
+        self._opening = opening  # the blob store, opened while the push listed the remote
+
     @contextmanager
     def sending(self, store: ChunkStore) -> Iterator[Receiver]:
         """Uploads begin with the first objects written (on a thread of their own)."""
         from git_mgit.transfer.stores.upload import Upload
 
-        self._upload = Upload(self.repo, self.remote, self.choice.url, store)
+        self._upload = Upload(self.repo, self.remote, self.choice.url, store, self._opening)
         try:
             yield self._upload
         finally:

@@ -13,15 +13,16 @@ from git_mgit.transfer.stores.blobs import BlobStore
 from git_mgit.transfer.stores.choice import LFS, REFS, S3, Choice, choose, kind_of
 
 
-def store_for(repo: Repo, remote: str, choice: Choice) -> Store:
-    """The Store that publishes to `remote` as `choice` says."""
+def store_for(repo: Repo, remote: str, choice: Choice, opening: Opening | None = None) -> Store:
+    """The Store that publishes to `remote` as `choice` says (a pointer store takes its blob
+    store from `opening` when that opened the one chosen)."""
     if choice.kind == REFS:
         from git_mgit.transfer.stores.refs import RefsStore
 
         return RefsStore(repo, remote, choice)
     from git_mgit.transfer.stores.pointers import PointerStore
 
-    return PointerStore(repo, remote, choice)
+    return PointerStore(repo, remote, choice, opening)
 
 
 def blob_store(repo: Repo, remote: str, url: str) -> BlobStore:
@@ -59,19 +60,60 @@ def warm_up(*kinds: str) -> None:
     threading.Thread(target=_load, args=(names,), name="mgit-import", daemon=True).start()
 
 
-def warm_up_for(repo: Repo, remote: str) -> None:
-    """Import the client of the store a push to `remote` likely uses (what config says, else
-    Git LFS where the remote has an endpoint) on a thread of its own, while the push lists
-    the remote's refs: the choice itself waits for the listing (a remote may record its
-    store), and the client would otherwise be imported beside the encoding."""
+class Opening:
+    """The blob store a push to `remote` likely uses (what config says, else Git LFS where
+    the remote has an endpoint), opened on a thread of its own while the push lists the
+    remote's refs: its client imported, its endpoint found, credentials a helper has and a
+    connection ready (BlobStore.prepare). The choice itself waits for the listing (a
+    remote may record its store): take() hands the store over only if it is the one chosen."""
 
-    def load() -> None:
-        # best effort: whatever fails here fails again, and is said, in the push's own choice
+    def __init__(self, repo: Repo, remote: str, operation: str) -> None:
+        self._store: BlobStore | None = None
+        self._url: str | None = None
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._thread = threading.Thread(
+            target=self._open, args=(repo, remote, operation), name="mgit-open", daemon=True
+        )
+        self._thread.start()
+
+    def _open(self, repo: Repo, remote: str, operation: str) -> None:
+        # best effort: whatever fails here fails again, and is said, where the store is used
         with contextlib.suppress(Exception):
-            kind = choose(repo, remote).kind
-            _load([_CLIENTS[kind]] if kind in _CLIENTS else [])
+            choice = choose(repo, remote)
+            if choice.kind not in _CLIENTS:
+                return
+            _load([_CLIENTS[choice.kind]])
+            store = blob_store(repo, remote, choice.url)
+            with self._lock:
+                self._store, self._url = store, choice.url
+            store.prepare(operation)
+        with self._lock:
+            if self._abandoned:
+                self._close()
 
-    threading.Thread(target=load, name="mgit-import", daemon=True).start()
+    def take(self, url: str) -> BlobStore | None:
+        """The store opened for `url` (waiting for it), once; None if another was opened."""
+        self._thread.join()
+        with self._lock:
+            store, self._store = self._store, None
+        if store is not None and self._url != url:
+            store.close()
+            return None
+        return store
+
+    def close(self) -> None:
+        """Close the store if nothing took it: now, or when it is open (a push that needed
+        none does not wait for it)."""
+        with self._lock:
+            self._abandoned = True
+            if not self._thread.is_alive():
+                self._close()
+
+    def _close(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
 
 
 def _load(names: list[str]) -> None:

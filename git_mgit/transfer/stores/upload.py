@@ -27,7 +27,7 @@ from git_mgit.store.gitobjects import Part
 from git_mgit.transfer.stores.base import Sent
 from git_mgit.transfer.stores.blobs import IDLE, Pointer
 from git_mgit.transfer.stores.objectbytes import ObjectBytes
-from git_mgit.transfer.stores.registry import blob_store
+from git_mgit.transfer.stores.registry import Opening, blob_store
 
 Objects = Iterable[tuple[str, int]]  # (oid, size) of objects readable here
 
@@ -37,11 +37,14 @@ class _Cancelled(Exception):
 
 
 class Upload:
-    def __init__(self, repo: Repo, remote: str, url: str, store: ChunkStore) -> None:
+    def __init__(
+        self, repo: Repo, remote: str, url: str, store: ChunkStore, opening: Opening | None = None
+    ) -> None:
         self.read = ObjectBytes(store)
         self.pointers: dict[str, Pointer] = {}  # every object handed over, hashed
         self.sent = Sent()
         self._repo, self._remote, self._url = repo, remote, url
+        self._opening = opening
         self._queue: queue.SimpleQueue[list[tuple[str, int]] | None] = queue.SimpleQueue()
         self._by_pointer: dict[Pointer, str] = {}
         self._lock = threading.Lock()  # the progress, shown from finish() on
@@ -129,7 +132,8 @@ class Upload:
 
     def _run(self) -> None:
         try:
-            blobs = blob_store(self._repo, self._remote, self._url)
+            opened = self._opening.take(self._url) if self._opening is not None else None
+            blobs = opened or blob_store(self._repo, self._remote, self._url)
             try:
                 self._where = blobs.describe()
                 stream = self._hashed()

@@ -76,6 +76,19 @@ class Access:
                 return self.fill(cred_url, None)
         return known
 
+    def prefill(self, cred_url: str) -> None:
+        """Fill, ahead of the first request, what a URL known to ask for credentials needs,
+        if a helper has them: never prompting (the request asks as usual if not)."""
+        if not self._modes.asks(cred_url):
+            return
+        with _lock:
+            if cred_url in _filled:
+                return
+        with contextlib.suppress(BlobStoreError):
+            credential = self._helper.fill(cred_url, prompt=False)
+            with _lock:
+                _filled.setdefault(cred_url, credential)
+
     def fill(self, cred_url: str, refused: Credential | None) -> Credential:
         """Credentials after a 401 (`refused`: what was sent, if anything; another thread
         may have filled new ones already)."""

@@ -167,6 +167,16 @@ class Pool:
             raise
         return Response(raw, conn, home)
 
+    def connect(self, url: str) -> None:
+        """Open a connection to `url`'s server ahead of its first request (TLS included),
+        kept idle for it. Raises as request() does."""
+        scheme, host, port = origin(url)
+        if port is None:
+            raise ValueError(f"not an http(s) URL: {scheme}")
+        home = self._origin((scheme, host, port))
+        conn = home.get()
+        home.put(conn)
+
     def close(self) -> None:
         with self._lock:
             origins = list(self._origins.values())

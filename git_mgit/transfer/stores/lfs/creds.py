@@ -10,11 +10,13 @@ to use.
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from git_mgit.gitcmd import NO_PROMPT
 from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.policy import redact
 from git_mgit.transfer.stores.lfs.trace import trace
@@ -63,8 +65,9 @@ class GitCredentials:
     def __init__(self, cwd: Path) -> None:
         self._cwd = cwd
 
-    def fill(self, url: str) -> Credential:
-        out = self._run("fill", request_fields(url))
+    def fill(self, url: str, prompt: bool = True) -> Credential:
+        """`prompt`=False: only what a helper has, never a terminal or askpass prompt."""
+        out = self._run("fill", request_fields(url), env=None if prompt else NO_PROMPT)
         fields = tuple(
             (k, v) for k, _, v in (line.partition("=") for line in out.splitlines()) if k
         )
@@ -81,12 +84,19 @@ class GitCredentials:
         trace(f"rejecting credentials for {credential.get('protocol')}://{credential.get('host')}")
         self._run("reject", list(credential.fields), check=False)
 
-    def _run(self, action: str, fields: list[tuple[str, str]], check: bool = True) -> str:
+    def _run(
+        self,
+        action: str,
+        fields: list[tuple[str, str]],
+        check: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> str:
         text = "".join(f"{k}={v}\n" for k, v in fields) + "\n"
         try:
             proc = subprocess.run(
                 ["git", "credential", action],
                 cwd=self._cwd,
+                env={**os.environ, **env} if env else None,
                 input=text.encode(),
                 capture_output=True,
                 check=False,

@@ -54,6 +54,13 @@ class Http:
     def close(self) -> None:
         self._pool.close()
 
+    def prepare(self, url: str, cred_url: str) -> None:
+        """Credentials a helper has and a connection, ready for a first request to `url`,
+        which then starts at once (best effort: that request fails as usual if they do not)."""
+        self._access.prefill(cred_url)
+        with contextlib.suppress(OSError, HTTPException, ValueError):
+            self._pool.connect(url)
+
     def send(
         self,
         method: str,

@@ -97,6 +97,15 @@ class LfsStore(BlobStore):
     def describe(self) -> str:
         return self._where
 
+    def prepare(self, operation: str) -> None:
+        """Credentials a helper has (for a server known to ask) and a connection to the Batch
+        API, so the first batch request goes out at once. Not over ssh: git-lfs-authenticate
+        may prompt for a key's passphrase."""
+        api = self._apis[operation]
+        if api.endpoint.ssh is None:
+            url = api.endpoint.url.rstrip("/") + "/objects/batch"
+            self._http.prepare(url, api.credential_url(url))
+
     def close(self) -> None:
         self._http.close()
 

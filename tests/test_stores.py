@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from git_mgit import manifest as mf
@@ -142,7 +143,8 @@ def test_migrate_from_refs_keeps_every_clone_working(
 ) -> None:
     """20 versions in version refs, migrated: a clone made before still checks out every
     version, a fresh clone after does too (with nothing configured), and pushes from either
-    go to the new store."""
+    go to the new store; migrated back to version refs from the clone that pushed last, a
+    fresh clone checks out every version again."""
     versions = series(20)
     if target == "lfs":
         server = request.getfixturevalue("lfs_server")
@@ -177,7 +179,9 @@ def test_migrate_from_refs_keeps_every_clone_working(
     assert pointer_refs_only(bare)
     fresh = clone(url, tmp_path / "fresh")
     assert (fresh / MODEL).read_bytes() == newer
-    back = mgit("store", "migrate", "--to", "refs", cwd=fresh)  # from a partial clone, too
+    # from a partial clone, too: the one that pushed the newest version, which holds it as
+    # `git add` stored it, not as the store has it (it fetches those objects to send them)
+    back = mgit("store", "migrate", "--to", "refs", cwd=before)
     assert "21 of 21 version(s) republished" in back.stderr, back.stderr
     assert not pointer_refs_only(bare)
     again = clone(url, tmp_path / "again")
@@ -420,16 +424,12 @@ def test_a_push_and_a_clone_cut_off_midway_resume_without_sending_anything_twice
         assert len(gets) == len(set(gets))  # what was verified before the cut was kept
 
 
-def _packs_handed_over_at_once(monkeypatch: pytest.MonkeyPatch) -> list:
-    """Each new object of a push in a pack of its own, handed to the LFS store as soon as it
-    is written, and asked about in a batch request of its own; returns the uploads the push
-    begins."""
-    from git_mgit.transfer import publish
+def _uploads_begun(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Each object of a push asked about in a batch request of its own; returns the
+    uploads the push begins."""
     from git_mgit.transfer.stores import upload
     from git_mgit.transfer.stores.lfs import store
 
-    monkeypatch.setattr(publish, "_FIRST_PACK", 1)
-    monkeypatch.setattr(publish, "_LARGEST_PACK", 1)
     monkeypatch.setattr(store, "_CHUNK_BYTES", 1)
     begun: list[upload.Upload] = []
     init = upload.Upload.__init__
@@ -473,42 +473,17 @@ def _hold_write(
     return counts
 
 
-def test_uploads_begin_while_the_push_still_writes(
-    lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A pack of new objects is uploaded as soon as it is written: the push's third new
-    object waits until the server holds one, and the push completes, every object sent
-    once and a fresh clone byte-exact at every version."""
-    from git_mgit.transfer.push import push_versions
-
-    versions = series(4, size=4000)
-    root = init_mgit_repo(tmp_path / "src")
-    commits = commit_versions(root, versions)
-    run_git("config", "mgit.store", "lfs", cwd=root)
-    # no chains: the versions `git add` stored as deltas are published whole, encoded
-    run_git("config", "mgit.maxChainDepth", "0", cwd=root)
-    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
-    _packs_handed_over_at_once(monkeypatch)
-    written = _hold_write(
-        monkeypatch, 3, lambda: bool(lfs_server.uploads()), "nothing was uploaded while writing"
-    )
-    report = push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
-    uploads = lfs_server.uploads()
-    assert len(uploads) == len(set(uploads)) == report.uploaded >= written["written"] > 3
-    run_git("push", "-q", "origin", "main", cwd=root)
-    assert len(lfs_server.uploads()) == len(uploads)  # the hook found it all published
-    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
-    checks_out_every_version(fresh, commits, versions)
-
-
+@pytest.mark.parametrize("hold", [None, 1], ids=["default", "one-object-at-a-time"])
 def test_objects_are_uploaded_from_memory_as_they_are_encoded(
-    lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: int | None
 ) -> None:
-    """With packs and batch requests as large as they are by default (no pack of this push
-    is finished before it ends), the push's third new object still waits until the server
-    holds one: objects go from memory as they are encoded, and a batch is asked for as
-    soon as nothing more is ready. Each object is sent once; a fresh clone is byte-exact."""
+    """The push's third new object waits until the server holds one: objects go from
+    memory as they are encoded, and nothing the push encodes is written here (no pack, no
+    anchor: the objects `git add` wrote keep every chunk). Held bytes are bounded: with
+    room for one object, each waits for the one before to be sent, and the push still
+    completes. Each object is sent once; a fresh clone is byte-exact at every version."""
     from git_mgit.transfer.push import push_versions
+    from git_mgit.transfer.stores import objectbytes
 
     versions = series(4, size=4000)
     root = init_mgit_repo(tmp_path / "src")
@@ -516,23 +491,25 @@ def test_objects_are_uploaded_from_memory_as_they_are_encoded(
     run_git("config", "mgit.store", "lfs", cwd=root)
     run_git("config", "mgit.maxChainDepth", "0", cwd=root)  # versions published whole, encoded
     run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
-    packs = root / ".git" / "objects" / "pack"
-    before = set(packs.glob("*.idx"))
-    finished_first: list[set[Path]] = []
-
-    def uploaded() -> bool:
-        if lfs_server.uploads() and not finished_first:
-            finished_first.append(set(packs.glob("*.idx")) - before)
-        return bool(finished_first)
-
-    written = _hold_write(monkeypatch, 3, uploaded, "nothing was uploaded while encoding")
+    if hold is not None:
+        monkeypatch.setattr(objectbytes, "HOLD", hold)
+    _uploads_begun(monkeypatch)
+    packs = sorted((root / ".git" / "objects" / "pack").iterdir())
+    anchored = run_git("for-each-ref", "refs/mgit/objects/", cwd=root).stdout
+    written = _hold_write(
+        monkeypatch, 3, lambda: bool(lfs_server.uploads()), "nothing was uploaded while encoding"
+    )
     report = push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
-    assert finished_first == [set()]  # the first upload came before any pack of the push
     uploads = lfs_server.uploads()
     assert len(uploads) == len(set(uploads)) == report.uploaded >= written["written"] > 3
+    new = set((root / ".git" / "objects" / "pack").iterdir()) - set(packs)
+    assert sum(p.stat().st_size for p in new) < 64 * 1024  # pointers and commits only
+    assert run_git("for-each-ref", "refs/mgit/objects/", cwd=root).stdout == anchored
     run_git("push", "-q", "origin", "main", cwd=root)
+    assert len(lfs_server.uploads()) == len(uploads)  # the hook found it all published
     fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
     checks_out_every_version(fresh, commits, versions)
+    checks_out_every_version(root, commits, versions)  # and the clone that pushed, too
 
 
 def test_a_push_sends_what_git_add_hashed_without_reading_it_first(
@@ -591,6 +568,46 @@ def test_a_new_tip_on_a_blob_store_leaves_the_old_one_whole(lfs_server, tmp_path
     checks_out_every_version(fresh, commits, versions)
 
 
+def test_a_checkpoints_frozen_layers_are_neither_encoded_nor_sent_again(
+    lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new tip whose frozen layers the remote holds whole (the previous tip, pushed from
+    here: this clone keeps them as `git add` stored them, deltas) encodes and sends only
+    what changed: the rest is filed under the pointers the remote's ref names."""
+    from safetensors.numpy import save
+
+    from git_mgit import codecs
+    from git_mgit.transfer.push import push_versions
+
+    first = series(2, size=4000)
+    frozen = tensors_of(first[-1])
+    frozen["embed.weight"] = frozen["embed.weight"].copy()
+    frozen["embed.weight"][0, :8] += np.float32(1e-3)  # a few weights: stored as a delta
+    versions = [*first, save(frozen)]
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    commits = commit_versions(root, versions[:2])
+    run_git("push", "-q", "-u", "origin", "main", cwd=root)
+    commits += commit_versions(root, versions[2:])
+    encoded: list[bytes] = []
+    encode = codecs.encode
+
+    def counted(raw: object, dtype: str, h: bytes, *args: object, **kw: object) -> object:
+        encoded.append(h)
+        return encode(raw, dtype, h, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(codecs, "encode", counted)
+    before = len(lfs_server.uploads())
+    push_versions(find_repo(root), "origin", [commits[-1]], [commits[-2]], {"refs/heads/main"})
+    changed = chunks_of(root, "HEAD") - chunks_of(root, "HEAD~1")
+    assert changed and not set(encoded) - changed  # none of the frozen ones
+    assert len(lfs_server.uploads()) - before == len(changed)
+    run_git("push", "-q", "origin", "main", cwd=root)
+    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
+    checks_out_every_version(fresh, commits, versions)
+
+
 def chunks_of(root: Path, rev: str) -> set[bytes]:
     blob = run_git("cat-file", "blob", f"{rev}:{MODEL}", cwd=root, text=False).stdout
     return {c.content_hash for c in mf.parse(blob).chunks()}
@@ -599,9 +616,9 @@ def chunks_of(root: Path, rev: str) -> set[bytes]:
 def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
     lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The store refuses every upload: the push stops writing at its next pack with the
-    store's one-line error; the packs it wrote are deleted, and no version ref is made
-    here or on the remote."""
+    """The store refuses every upload: the push stops encoding at its next object with the
+    store's one-line error; nothing was written here, and no version ref is made here or
+    on the remote."""
     from git_mgit.transfer import publish
     from git_mgit.transfer.push import push_versions
     from git_mgit.transfer.stores.blobs import BlobStoreError
@@ -614,7 +631,7 @@ def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
     # the push stops (the held one, the one before, and 2 per tensor thread after)
     commits = commit_versions(root, series(6, size=4000))
     run_git("config", "mgit.store", "lfs", cwd=root)
-    run_git("config", "mgit.maxChainDepth", "0", cwd=root)  # versions encoded whole: packs written
+    run_git("config", "mgit.maxChainDepth", "0", cwd=root)  # versions encoded whole
     url = lfs_server.repo_url()
     run_git("remote", "add", "origin", url, cwd=root)
     packs = root / ".git" / "objects" / "pack"
@@ -623,7 +640,7 @@ def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
         lfs_server.store_credentials(tmp_path / "creds", also=(proxy.url,))
         run_git("config", "lfs.url", f"{proxy.url}/org/repo.git/info/lfs", cwd=root)
         proxy.fail("PUT", "/objects/storage/", status=500, times=10_000)
-        begun = _packs_handed_over_at_once(monkeypatch)
+        begun = _uploads_begun(monkeypatch)
         written = _hold_write(
             monkeypatch,
             2,

@@ -130,7 +130,9 @@ def _push_versions(
         _trace(f"{len(plan.choices)} versions to publish to the {report.store.kind} store")
         target = store_for(repo, remote, report.store, opening)
         report.replaced = list(plan.replaced.values())
-        with target.sending(store) as receiver:  # a blob store's uploads begin meanwhile
+        # the remote's whole versions among those involved (a fine-tune's frozen layers)
+        held = [r for v in cands.versions if (r := published.best(v)) is not None and r.whole]
+        with target.sending(store, held) as receiver:  # a blob store's uploads begin meanwhile
             report.published = publish.write(store, cands, plan, receiver, read)
             _trace(f"written: {sum(len(w.objects) for w in report.published)} objects")
             sent = target.publish(

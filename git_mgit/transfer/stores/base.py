@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer.stores.choice import Choice
+from git_mgit.transfer.versions import VersionRef
 
 if TYPE_CHECKING:  # fetching needs no store's publishing side (the encoder's imports)
     from git_mgit.transfer.publish import Receiver, Written
@@ -38,10 +39,13 @@ class Store(ABC):
         self.repo, self.remote, self.choice = repo, remote, choice
 
     @contextmanager
-    def sending(self, store: ChunkStore) -> Iterator[Receiver | None]:
+    def sending(
+        self, store: ChunkStore, held: Sequence[VersionRef] = ()
+    ) -> Iterator[Receiver | None]:
         """Around writing a push's objects and publish(): where to hand objects as they
         are encoded or become readable, for a store that sends them while the rest are
-        written. None (this default): they wait for publish()."""
+        written. None (this default): they wait for publish(). `held`: version refs the
+        remote lists whole, whose objects the receiver may file without their bytes."""
         yield None
 
     @abstractmethod

@@ -117,12 +117,15 @@ class BlobStore(ABC):
         objects: Iterable[Pointer | None],
         read: Callable[[Pointer], Body],
         progress: Progress | None = None,
+        settled: Callable[[Pointer], None] | None = None,
     ) -> int:
         """Send the objects the store lacks (asking it first); how many were sent.
 
         `objects` may be lazy (pointers as they are hashed, IDLE where none more is ready
         yet: Chunks); a store may start sending before it ends. `read` returns an object's
-        bytes; it may be called from several threads, for any pointer `objects` has yielded.
+        bytes; it may be called from several threads, for any pointer `objects` has yielded,
+        until `settled` was called with it: once the store holds the object (sent, or there
+        already), from any thread, so that its bytes can go.
         """
 
     @abstractmethod
@@ -214,14 +217,30 @@ class Uploads:
     """Uploads running on a pool, counted as they finish: one queue for every chunk of a
     push, so no chunk waits for the last upload of the one before."""
 
-    def __init__(self, pool: Executor, progress: Progress | None = None) -> None:
-        self.pool, self.progress = pool, progress
+    def __init__(
+        self,
+        pool: Executor,
+        progress: Progress | None = None,
+        settled: Callable[[Pointer], None] | None = None,
+    ) -> None:
+        self.pool, self.progress, self.settled = pool, progress, settled
         self.running: dict[Future[bool], Pointer] = {}
         self.sent = 0  # objects sent, of those finished
 
     def start(self, pointer: Pointer, upload: Callable[..., bool], *args: object) -> None:
         """Queue `upload(*args)`, which says whether it sent the object."""
-        self.running[self.pool.submit(upload, *args)] = pointer
+        future = self.pool.submit(upload, *args)
+        self.running[future] = pointer
+        if self.settled is not None:  # at once, from the thread that sent it
+            settled = self.settled
+            future.add_done_callback(
+                lambda f: f.cancelled() or f.exception() is not None or settled(pointer)
+            )
+
+    def there(self, pointer: Pointer) -> None:
+        """The store holds `pointer` already: nothing to send."""
+        if self.settled is not None:
+            self.settled(pointer)
 
     def collect(self) -> None:
         """Count the uploads done by now (a failure is raised)."""

@@ -72,7 +72,7 @@ def _fetch_all(repo: Repo, store: ChunkStore, remote: str, refs: list[VersionRef
     if moved:
         repo.git("update-ref", "--stdin", input=moved.encode())
     store.invalidate()
-    pointers.resolve(store, remote, refs)
+    pointers.resolve(store, remote, refs, exact=True)  # the objects themselves, to send on
 
 
 def _store_of(repo: Repo, ref: VersionRef) -> str:

@@ -1,22 +1,33 @@
-"""A push's objects as a blob store takes them: their bytes from the packs, and their pointers.
+"""A push's objects as a blob store takes them: their bytes, and their pointers.
 
-An object the push has just encoded may be held in memory (hold()) until the
-pack it went into is finished: it is hashed and sent from there, so its
-upload need not wait for the pack. Held bytes are bounded (HOLD); an object
-beyond that waits for its pack.
+An object the push encodes is held in memory (hold()) until the store holds
+it (release(), told by the store's upload), and is hashed and sent from
+there: nothing of it is written here. Held bytes are bounded (HOLD): the
+push's encoding waits for room, so memory stays a few objects whatever the
+push. An object this clone has (one `git add` wrote) is read from its pack.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import Part, byte_view
-from git_mgit.transfer.stores.blobs import Pieces, Pointer
+from git_mgit.transfer.stores.blobs import BlobStoreError, Pieces, Pointer
 
-HOLD = 128 << 20  # bytes of encoded objects held in memory at most
+HOLD = 128 << 20  # bytes of encoded objects held in memory at most (one, whatever its size)
+
+
+class MissingThere(BlobStoreError):
+    """The store lacks an object a version ref on the remote names."""
+
+    def __init__(self, oid: str) -> None:
+        super().__init__(
+            f"object sha256:{oid[:12]}, which a version ref on the remote names, is not in its "
+            "store; run `git mgit fsck --all` in a fresh clone of it, and report it"
+        )
 
 
 class ObjectBytes:
@@ -25,39 +36,60 @@ class ObjectBytes:
 
     def __init__(self, store: ChunkStore) -> None:
         self.store = store
-        self._held: dict[str, Pieces] = {}
+        self._held: dict[str, Pieces] = {}  # by pointer id: objects that are not here
+        self._known: dict[str, Pointer] = {}  # their pointers
         self._held_bytes = 0
-        self._lock = threading.Lock()
+        self._room = threading.Condition()
 
-    def hold(self, oid: str, parts: Sequence[Part]) -> bool:
+    def hold(self, parts: Sequence[Part], stop: Callable[[], BaseException | None]) -> Pointer:
         """Keep an object's bytes, just encoded and never changed after, until release();
-        False (not kept) when that would hold more than HOLD."""
+        returns its pointer (its name from now on). Waits while more than HOLD would be
+        held, raising what `stop()` returns meanwhile (the uploads failed)."""
         held = Pieces([byte_view(p) for p in parts])
-        with self._lock:
-            if oid in self._held:
-                return True
-            if self._held_bytes + len(held) > HOLD:
-                return False
-            self._held[oid] = held
-            self._held_bytes += len(held)
-        return True
+        p = Pointer.of(held)  # hashed on the thread that encoded it
+        with self._room:
+            while self._held_bytes and self._held_bytes + len(held) > HOLD:
+                error = stop()
+                if error is not None:
+                    raise error
+                self._room.wait(0.1)
+            if p.oid not in self._held:
+                self._held[p.oid] = held
+                self._known[p.oid] = p
+                self._held_bytes += len(held)
+        return p
+
+    def name(self, p: Pointer) -> None:
+        """An object this clone has not, known by its pointer (the store holds it): named
+        by the pointer's id; bytes() of it raises MissingThere."""
+        with self._room:
+            self._known.setdefault(p.oid, p)
 
     def release(self, oids: Iterable[str]) -> None:
-        """Stop holding these objects (their pack is readable now, or the push is over)."""
-        with self._lock:
+        """Stop holding these objects (the store holds them, or the push is over)."""
+        with self._room:
             for oid in oids:
                 held = self._held.pop(oid, None)
                 if held is not None:
                     self._held_bytes -= len(held)
+            self._room.notify_all()
+
+    def wake(self) -> None:
+        """Have hold()s waiting for room look at their `stop()` again."""
+        with self._room:
+            self._room.notify_all()
 
     def bytes(self, oid: str, keep: bool = False) -> Pieces:
         """The object's bytes, not copied when they are held or a pack of ours holds them
         as stored blocks; a pack's pages are let go once they were read whole, unless the
         caller `keep`s them for a second reading (hashed now, sent next)."""
-        with self._lock:
+        with self._room:
             held = self._held.get(oid)
         if held is not None:
             return held
+        with self._room:
+            if oid in self._known:  # named by name(): it is only in the store
+                raise MissingThere(oid)
         packs = self.store.packs
         views = packs.pieces(oid)
         if views is None:
@@ -69,6 +101,10 @@ class ObjectBytes:
 
     def pointer(self, oid: str) -> Pointer:
         """The object's pointer: hashed when it was written here, else now (and kept)."""
+        with self._room:
+            pointer = self._known.get(oid)
+        if pointer is not None:
+            return pointer
         known = self.store.cache.sha256(oid)
         if known is not None:
             return Pointer(known[0].hex(), known[1])

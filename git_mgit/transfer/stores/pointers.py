@@ -7,8 +7,10 @@ as a commit whose tree files a pointer per chunk (pointer.py) and whose
 message ends with `store <url>`: the ref says where its bytes are, so any
 clone fetches them with nothing configured, and a history whose versions
 went to different stores (before and after a migration) still resolves.
-Here, the objects stay anchored (refs/mgit/objects/) and the version ref
-points at the pointer commit, as on the remote.
+Here, the version ref points at the pointer commit, as on the remote; the
+objects a push encoded were sent from memory and are not kept (the chunks
+`git add` wrote are), those a migration sends were fetched and stay
+anchored.
 
 Fetching (resolve): after git brought the version refs, the pointers of the
 chunks this clone lacks are downloaded in one batch per store, each object
@@ -27,13 +29,14 @@ from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.lookup import ANCHOR_PREFIX, RECORD_REF
+from git_mgit.store.lookup import RECORD_REF
 from git_mgit.store.packwriter import PackWriter, built
 from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
 from git_mgit.transfer.stores.blobs import BlobStore, Pointer
 from git_mgit.transfer.stores.choice import Choice, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_refs
+from git_mgit.transfer.stores.objectbytes import ObjectBytes
 from git_mgit.transfer.stores.registry import blob_store
 from git_mgit.transfer.versions import VersionRef
 
@@ -53,11 +56,14 @@ class PointerStore(Store):
         self._opening = opening  # the blob store, opened while the push listed the remote
 
     @contextmanager
-    def sending(self, store: ChunkStore) -> Iterator[Receiver]:
-        """Uploads begin with the first objects written (on a thread of their own)."""
+    def sending(self, store: ChunkStore, held: Sequence[VersionRef] = ()) -> Iterator[Receiver]:
+        """Uploads begin with the first objects written (on a thread of their own); the
+        objects of the `held` versions are in this store already where their pointer refs
+        are here (a checkpoint's frozen layers: not encoded again, nor asked for)."""
         from git_mgit.transfer.stores.upload import Upload
 
-        self._upload = Upload(self.repo, self.remote, self.choice.url, store, self._opening)
+        there = pointed(self.repo, held).get(self.choice.url, {})
+        self._upload = Upload(self.repo, self.remote, self.choice.url, store, self._opening, there)
         try:
             yield self._upload
         finally:
@@ -77,7 +83,7 @@ class PointerStore(Store):
                 return self.publish(store, written, listing, gone, limit)
         repo, url = self.repo, self.choice.url
         sent = self._upload.finish(o for w in written for o in w.objects.values())
-        _point(repo, written, self._upload.pointers, url)
+        _point(repo, written, self._upload.pointers, url, gone)
         specs = [w.ref.name for w in written]
         if RECORD_REF not in listing and not self.choice.reason.startswith("the remote records"):
             record = anchors.commit_blobs(repo, [], record_text(url))
@@ -89,9 +95,17 @@ class PointerStore(Store):
         return sent
 
 
-def _point(repo: Repo, written: Sequence[Written], pointers: dict[str, Pointer], url: str) -> None:
-    """Write each version's pointer commit and one anchor of all their objects; point the
-    version refs here at the pointer commits (one transaction)."""
+def _point(
+    repo: Repo,
+    written: Sequence[Written],
+    pointers: dict[str, Pointer],
+    url: str,
+    gone: Sequence[str],
+) -> None:
+    """Write each version's pointer commit; point the version refs here at them and drop
+    those of `gone` (one transaction). Their objects need no anchor of their own: a push
+    keeps none of those it encoded, and the rest were anchored where they were written
+    (by `git add`, or by the fetch of a migration)."""
     lines = []
     with PackWriter(repo.objects_dir) as pack:
         files = {oid: pack.add("blob", [pointer.render(p)]) for oid, p in pointers.items()}
@@ -103,12 +117,10 @@ def _point(repo: Repo, written: Sequence[Written], pointers: dict[str, Pointer],
             )
             w.ref = VersionRef(w.ref.version, w.ref.bases, commit)
             lines.append(f"update {w.ref.name} {commit}\n")
-        held = sorted(
-            {(h, bytes.fromhex(oid)) for w in written for h, (oid, _) in w.objects.items()}
-        )
-        anchor = anchors.write_anchor(pack, held)
         pack.finish()
-    lines.append(f"update {ANCHOR_PREFIX}{anchor} {anchor}\n")
+    if gone:
+        have = set(repo.git("for-each-ref", "--format=%(refname)", *gone).split())
+        lines += [f"delete {name}\n" for name in gone if name in have]
     repo.git("update-ref", "--stdin", input="".join(lines).encode())
 
 
@@ -131,17 +143,25 @@ def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Poi
     return out
 
 
-def resolve(store: ChunkStore, remote: str, refs: Iterable[VersionRef]) -> int:
+def resolve(store: ChunkStore, remote: str, refs: Iterable[VersionRef], exact: bool = False) -> int:
     """Download what the pointer refs among `refs` file and this clone lacks; bytes fetched.
 
+    A chunk this clone has in any form is not downloaded, unless `exact`: then the very
+    objects the pointers name are (a clone that pushed a version has the chunks `git
+    add` wrote, not the whole objects the push sent; a migration sends those).
     Raises BlobStoreError (one line, naming the store) when a store cannot serve them.
     """
     repo = store.repo
     came = 0
+    here = ObjectBytes(store)
+
+    def lacks(h: bytes, p: Pointer) -> bool:
+        return here.holder(h, p) is None if exact else not store.has(h)
+
     for url, chunks in pointed(repo, refs).items():
         wanted: dict[Pointer, list[bytes]] = defaultdict(list)
         for h, p in chunks.items():
-            if not store.has(h):
+            if lacks(h, p):
                 wanted[p].append(h)
         if not wanted:
             continue

@@ -1,10 +1,11 @@
-"""A push's uploads to a blob store, on a thread of their own, begun while objects are written.
+"""A push's uploads to a blob store, on a thread of their own, begun while objects are encoded.
 
 The push's encoding (publish.write) and its uploads would otherwise take
 turns: on a real network the upload is network-bound and the encoding
 CPU-bound, so running them side by side hides the shorter one. Objects are
-handed over as they are encoded (encoded(): sent from memory, objectbytes.py)
-or become readable here (readable()), hashed on git-mgit's cores, and sent
+handed over as they are encoded (hold(): sent from memory and let go once
+the store holds them, objectbytes.py), or as objects this clone has
+(readable(), hashed on git-mgit's cores), and sent
 in the blob store's chunks as they come (the store asks the server which it
 lacks, chunk by chunk: nothing is sent twice). finish() hands over the rest
 (every object the published versions file: the early ones are only a head
@@ -38,9 +39,18 @@ class _Cancelled(Exception):
 
 class Upload:
     def __init__(
-        self, repo: Repo, remote: str, url: str, store: ChunkStore, opening: Opening | None = None
+        self,
+        repo: Repo,
+        remote: str,
+        url: str,
+        store: ChunkStore,
+        opening: Opening | None = None,
+        there: dict[bytes, Pointer] | None = None,
     ) -> None:
+        """`there`: chunk hash -> the object the store holds for it whole (whole()),
+        pointers this clone has."""
         self.read = ObjectBytes(store)
+        self._there = there or {}
         self.pointers: dict[str, Pointer] = {}  # every object handed over, hashed
         self.sent = Sent()
         self._repo, self._remote, self._url = repo, remote, url
@@ -60,18 +70,28 @@ class Upload:
         so that the push stops writing."""
         if self._error is not None:
             raise self._error
-        objects = list(objects)
-        self._queue.put(objects)
-        self.read.release(oid for oid, _ in objects)  # read from their pack from now on
+        self._queue.put(list(objects))
 
-    def encoded(self, oid: str, parts: Sequence[Part]) -> None:
-        """An object just encoded, sent from memory if there is room to hold it (else once
-        its pack is readable); raises as readable() does."""
+    def whole(self, h: bytes) -> tuple[str, int] | None:
+        """(name, size) of the object the store holds for chunk `h` whole, where this clone
+        has a pointer ref saying so: filed as it is, neither encoded nor sent."""
+        p = self._there.get(h)
+        if p is None:
+            return None
+        self.read.name(p)
+        return p.oid, p.size
+
+    def hold(self, parts: Sequence[Part]) -> str:
+        """An object just encoded, sent from memory and let go once the store holds it;
+        returns its name (its pointer's id). Waits while too much is held; raises as
+        readable() does."""
         if self._error is not None:
             raise self._error
-        if self.read.hold(oid, parts):
-            p = self.read.pointer(oid)  # hashed here, on the thread that encoded it
-            self._queue.put([(oid, p.size)])
+        p = self.read.hold(
+            parts, lambda: self._error or (_Cancelled() if self._cancelled else None)
+        )
+        self._queue.put([(p.oid, p.size)])
+        return p.oid
 
     def finish(self, objects: Objects) -> Sent:
         """Send `objects` too (those already handed over are not sent twice) and wait for
@@ -93,6 +113,7 @@ class Upload:
         if self._thread.is_alive():
             self._cancelled = True
             self._queue.put(None)
+            self.read.wake()
             self._thread.join()
 
     def _batches(self) -> Iterator[list[str] | None]:
@@ -138,12 +159,16 @@ class Upload:
                 self._where = blobs.describe()
                 stream = self._hashed()
                 self.sent.uploaded = blobs.upload(
-                    stream, lambda p: self.read.bytes(self._by_pointer[p]), self._moved
+                    stream,
+                    lambda p: self.read.bytes(self._by_pointer[p]),
+                    self._moved,
+                    lambda p: self.read.release([p.oid]),  # held by its pointer's id
                 )
                 for _ in stream:  # every pointer is filed, even one a store never asked for
                     pass
             finally:
                 blobs.close()
                 self.read.forget(self.pointers)  # pages hashed but not sent (the store had them)
-        except BaseException as e:  # raised where the push waits: readable(), finish()
+        except BaseException as e:  # raised where the push waits: hold(), readable(), finish()
             self._error = e
+            self.read.wake()

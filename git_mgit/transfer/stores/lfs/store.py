@@ -133,20 +133,23 @@ class LfsStore(BlobStore):
         objects: Iterable[Pointer | None],
         read: Callable[[Pointer], Body],
         progress: Progress | None = None,
+        settled: Callable[[Pointer], None] | None = None,
     ) -> int:
         """One batch request per chunk as `objects` come; every upload the server asks for
         goes into one queue of `lfs.concurrenttransfers`, so no chunk waits for the last."""
         api = self._apis["upload"]
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="lfs-upload")
         try:
-            uploads = Uploads(pool, progress)
+            uploads = Uploads(pool, progress, settled)
             wanted = (p for p in objects if p != _EMPTY)
             for chunk in Chunks(wanted, batch.MAX_OBJECTS, _CHUNK_BYTES):
                 for answer in api.batch("upload", chunk).values():
                     if answer.error:
                         raise batch.object_error(api.where, "upload", answer)
-                    if "upload" in answer.actions:  # no action: the server holds it already
+                    if "upload" in answer.actions:
                         uploads.start(answer.pointer, self._upload_one, api, answer, read)
+                    else:  # no action: the server holds it already
+                        uploads.there(answer.pointer)
                 uploads.collect()
             return uploads.finish()
         finally:

@@ -183,18 +183,21 @@ class S3Store(BlobStore):
         objects: Iterable[Pointer | None],
         read: Callable[[Pointer], Body],
         progress: Progress | None = None,
+        settled: Callable[[Pointer], None] | None = None,
     ) -> int:
         """missing() asked per chunk of `objects` as they come (the caller hashes them lazily),
         every PUT in one queue: the first objects go while later ones are still hashed. A
         chunk the bucket held whole makes the next one 4x larger, up to `_MAX_CHUNK_BYTES`,
         so a push the bucket mostly holds lists shards instead of asking key by key."""
         with _pool(self.concurrency, "s3-upload") as pool:
-            uploads = Uploads(pool, progress)
+            uploads = Uploads(pool, progress, settled)
             cut = Chunks(objects, max_bytes=_CHUNK_BYTES)
             for chunk in cut:
                 todo = self.missing(chunk)
                 for pointer in todo:
                     uploads.start(pointer, self._put, pointer, read)
+                for pointer in set(chunk) - set(todo):
+                    uploads.there(pointer)
                 grown = min(_MAX_CHUNK_BYTES, 4 * (cut.max_bytes or _CHUNK_BYTES))
                 cut.max_bytes = _CHUNK_BYTES if todo else grown
                 uploads.collect()

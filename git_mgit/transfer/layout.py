@@ -23,7 +23,7 @@ what a version stored as it is costs is its objects' sizes.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from git_mgit import manifest as mf
@@ -245,7 +245,11 @@ def groups(
 
 
 def estimate(
-    store: ChunkStore, cands: Candidates, max_depth: int, read: Readable | None = None
+    store: ChunkStore,
+    cands: Candidates,
+    max_depth: int,
+    read: Readable | None = None,
+    there: Mapping[bytes, int] | None = None,
 ) -> Estimates:
     """Estimated sizes: each version whole, and each (version, possible base) as its delta.
 
@@ -278,6 +282,8 @@ def estimate(
         for key, group in by_key:
             chunks = [c.content_hash for _, c in group]
             stored = _stored_whole(store, chunks)
+            # whole on the remote's blob store, by its pointers: not decoded to be sampled
+            stored.update((h, there[h]) for h in chunks if there and h in there and h not in stored)
             whole_of.update(stored)
             at = {v: c.content_hash for v, c in group}
             unknown: list[tuple[bytes, bytes, bool]] = []

@@ -23,6 +23,7 @@ from git_mgit.transfer.publish import Written
 from git_mgit.transfer.remotes import Listing, push_listing, remember, remembered
 from git_mgit.transfer.stores.choice import REFS, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
+from git_mgit.transfer.stores.pointers import pointed
 from git_mgit.transfer.stores.registry import Opening, store_for
 from git_mgit.transfer.trace import tracer
 from git_mgit.transfer.versions import Published
@@ -125,14 +126,17 @@ def _push_versions(
         read = CheckedOut.of(
             repo, {v: (x.path, x.manifest) for v, x in cands.versions.items()}
         ).read
-        estimates = layout.estimate(store, cands, settings.max_chain_depth, read)
+        # the remote's whole versions among those involved, where their pointer refs are here:
+        # what their chunks cost whole, and a checkpoint's frozen layers, filed as they are
+        held = [r for v in cands.versions if (r := published.best(v)) is not None and r.whole]
+        there = {} if report.store.kind == REFS else pointed(repo, held).get(report.store.url, {})
+        sizes = {h: p.size for h, p in there.items()}
+        estimates = layout.estimate(store, cands, settings.max_chain_depth, read, sizes)
         plan = layout.decide(cands, estimates, settings.fetch_budget, settings.max_chain_depth)
         _trace(f"{len(plan.choices)} versions to publish to the {report.store.kind} store")
         target = store_for(repo, remote, report.store, opening)
         report.replaced = list(plan.replaced.values())
-        # the remote's whole versions among those involved (a fine-tune's frozen layers)
-        held = [r for v in cands.versions if (r := published.best(v)) is not None and r.whole]
-        with target.sending(store, held) as receiver:  # a blob store's uploads begin meanwhile
+        with target.sending(store, there) as receiver:  # a blob store's uploads begin meanwhile
             report.published = publish.write(store, cands, plan, receiver, read)
             _trace(f"written: {sum(len(w.objects) for w in report.published)} objects")
             sent = target.publish(

@@ -11,15 +11,15 @@ no store object: every version ref says in its commit where its objects are (poi
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.transfer.stores.blobs import Pointer
 from git_mgit.transfer.stores.choice import Choice
-from git_mgit.transfer.versions import VersionRef
 
 if TYPE_CHECKING:  # fetching needs no store's publishing side (the encoder's imports)
     from git_mgit.transfer.publish import Receiver, Written
@@ -40,12 +40,12 @@ class Store(ABC):
 
     @contextmanager
     def sending(
-        self, store: ChunkStore, held: Sequence[VersionRef] = ()
+        self, store: ChunkStore, there: Mapping[bytes, Pointer] | None = None
     ) -> Iterator[Receiver | None]:
         """Around writing a push's objects and publish(): where to hand objects as they
         are encoded or become readable, for a store that sends them while the rest are
-        written. None (this default): they wait for publish(). `held`: version refs the
-        remote lists whole, whose objects the receiver may file without their bytes."""
+        written. None (this default): they wait for publish(). `there`: chunk hash ->
+        the object a blob store holds for it whole, which the receiver files as it is."""
         yield None
 
     @abstractmethod

@@ -21,7 +21,7 @@ anchored; what was verified before a failure is kept.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -56,13 +56,14 @@ class PointerStore(Store):
         self._opening = opening  # the blob store, opened while the push listed the remote
 
     @contextmanager
-    def sending(self, store: ChunkStore, held: Sequence[VersionRef] = ()) -> Iterator[Receiver]:
-        """Uploads begin with the first objects written (on a thread of their own); the
-        objects of the `held` versions are in this store already where their pointer refs
-        are here (a checkpoint's frozen layers: not encoded again, nor asked for)."""
+    def sending(
+        self, store: ChunkStore, there: Mapping[bytes, Pointer] | None = None
+    ) -> Iterator[Receiver]:
+        """Uploads begin with the first objects written (on a thread of their own); a
+        chunk `there` names is filed under its pointer (a checkpoint's frozen layers:
+        neither encoded again nor sent)."""
         from git_mgit.transfer.stores.upload import Upload
 
-        there = pointed(self.repo, held).get(self.choice.url, {})
         self._upload = Upload(self.repo, self.remote, self.choice.url, store, self._opening, there)
         try:
             yield self._upload

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from git_mgit.gitcmd import Repo
 from git_mgit.progress import Progress
@@ -45,7 +45,7 @@ class Upload:
         url: str,
         store: ChunkStore,
         opening: Opening | None = None,
-        there: dict[bytes, Pointer] | None = None,
+        there: Mapping[bytes, Pointer] | None = None,
     ) -> None:
         """`there`: chunk hash -> the object the store holds for it whole (whole()),
         pointers this clone has."""

@@ -31,6 +31,7 @@ from git_mgit.worktree.journal import Journal
 
 if TYPE_CHECKING:  # transfer is imported only when objects are missing
     from git_mgit.transfer.fetch import Outcome
+    from git_mgit.transfer.stores.pointers import Arrived
     from git_mgit.worktree.session import DirectSession
 
 
@@ -157,16 +158,24 @@ class MgitFilter:
         Paths whose objects are still missing are handed back too, so that the
         re-sent smudge reports a clear error instead of git waiting forever.
         """
-        wanted = {v: m for v, m in self.delayed.values() if missing_chunks(m, self.store)}
-        if wanted:
-            self._fetch(wanted)
+        missing = {p: (v, m) for p, (v, m) in self.delayed.items() if missing_chunks(m, self.store)}
+        if missing:
+            from git_mgit.worktree.staging import Staging
+
+            # the large ones are decoded as their objects arrive, while the rest download
+            staging = Staging(self.repo, {p: m for p, (_, m) in missing.items() if self._large(m)})
+            try:
+                self._fetch({v: m for v, m in missing.values()}, staging.arrived)
+            finally:
+                if staged := staging.finish():
+                    self._session().stage(staged)
         return list(self.delayed)
 
-    def _fetch(self, wanted: dict[str, mf.Manifest]) -> None:
+    def _fetch(self, wanted: dict[str, mf.Manifest], arrived: Arrived | None = None) -> None:
         """One batch; each file still missing objects then fails with the outcome's reason."""
         from git_mgit.transfer import fetch
 
-        self._outcome = fetch.fetch_versions(self.store, wanted)
+        self._outcome = fetch.fetch_versions(self.store, wanted, arrived=arrived)
 
     def close(self) -> None:
         """At git's exit (it waits for us): finish direct writes, give the index their stat data."""

@@ -47,16 +47,37 @@ def smudge(m: mf.Manifest, path: str, store: ChunkStore, write: Write) -> None:
     A chunk found corrupt raises after some of its bytes were written: the
     caller must tell git to discard the output (status=error, or exit 1).
     """
-    missing = missing_chunks(m, store)
+    at = 0
+
+    def write_next(block: memoryview, offset: int) -> None:
+        nonlocal at
+        assert offset == at, "blocks come in file order"
+        write(block)
+        at += len(block)
+
+    fill(m, list(m.chunks()), path, store, write_next)
+
+
+def fill(
+    m: mf.Manifest,
+    chunks: list[mf.Chunk],
+    path: str,
+    store: ChunkStore,
+    write_at: Callable[[memoryview, int], object],
+) -> None:
+    """Decode `chunks` of the file `m` describes (in file order) and hand each block to
+    `write_at` with its offset in the file; raises as smudge() does."""
+    missing = store.missing([c.content_hash for c in chunks])
     if missing:
         raise ObjectMissing(
             f"{path}: {len(missing)} tensor object(s) are missing, e.g. {hashing.to_text(missing[0])}; "
             "run `git mgit fetch` (or push them from the clone that has them)"
         )
     progress = Progress(f"git-mgit: checking out {path}", m.size)
+    progress.update(m.size - sum(c.length for c in chunks))  # written already
 
     def decoders() -> Iterator[ChunkDecoder]:
-        for chunk in m.chunks():
+        for chunk in chunks:
             decoder = store.decoder(chunk.content_hash)
             if decoder.size != chunk.length:
                 raise ObjectCorrupt(
@@ -65,9 +86,15 @@ def smudge(m: mf.Manifest, path: str, store: ChunkStore, write: Write) -> None:
                 )
             yield decoder
 
+    places = iter(chunks)
+    at = left = 0
     try:
         for block in codecs.stream(decoders()):
-            write(block)
+            while not left:  # blocks never straddle chunks
+                chunk = next(places)
+                at, left = chunk.offset, chunk.length
+            write_at(block, at)
+            at, left = at + len(block), left - len(block)
             progress.update(len(block))
     except ObjectCorrupt as exc:
         raise ObjectCorrupt(f"{path}: {exc}; run `git mgit fsck`") from exc

@@ -12,6 +12,7 @@ compares stat data only, shows that the index already has it before any
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -23,7 +24,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from tests.gitsandbox import Remote, one_batch, run_git, transfers
+from git_mgit import manifest as mf
+from tests.gitsandbox import Remote, clone, one_batch, run_git, transfers
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
 
 MODEL = "model.safetensors"
@@ -161,6 +163,112 @@ def test_clone_pull_and_old_checkout_write_directly(tmp_path: Path, remote: Remo
     assert_direct(dst, v[0])
     assert (dst / SECOND).read_bytes() == w[0]
     assert (dst / SECOND).stat().st_mtime_ns % 1_000_000_000 == 0
+
+
+def staged_counts(trace: Path) -> dict[str, tuple[int, int]]:
+    """path -> (chunks decoded while their objects came, chunks) from a GIT_TRACE file."""
+    found = re.findall(
+        r"git-mgit checkout: (\S+): (\d+) of (\d+) chunks decoded while their objects came",
+        trace.read_text() if trace.exists() else "",
+    )
+    return {path: (int(done), int(count)) for path, done, count in found}
+
+
+def chunk_count(repo: Path, rev: str, path: str) -> int:
+    blob = run_git("cat-file", "blob", f"{rev}:{path}", cwd=repo, text=False).stdout
+    return len(list(mf.parse(blob).chunks()))
+
+
+def staged_leftovers(repo: Path) -> list[Path]:
+    folder = repo / ".git" / "mgit" / "staged"
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+@pytest.mark.parametrize("store_remote", ["lfs", "s3"], indirect=True)
+def test_a_clone_from_a_blob_store_decodes_large_files_while_their_objects_download(
+    tmp_path: Path, store_remote: Remote
+) -> None:
+    """A fresh clone's two models are decoded as their objects arrive, into staged copies
+    that replace git's placeholders; an old version, whose objects the store holds as
+    deltas of the new one's, is completed from the store after its download. Every file
+    byte-exact, its stat data in the index, no staged copy left behind."""
+    v, w = versions(2), versions(2, seed=50)
+    src = init_mgit_repo(tmp_path / "src")
+    (src / SECOND).write_bytes(w[0])
+    run_git("add", SECOND, cwd=src)
+    first = commit_model(src, v[0], "v0")
+    (src / SECOND).write_bytes(w[1])
+    run_git("add", SECOND, cwd=src)
+    commit_model(src, v[1], "v1")
+    run_git("remote", "add", "origin", store_remote.url, cwd=src)
+    run_git("push", "-q", "-u", "origin", "main", cwd=src)
+
+    trace = tmp_path / "clone.trace"
+    run_git("clone", "-q", store_remote.url, "clone", cwd=tmp_path, env={"GIT_TRACE": str(trace)})
+    dst = tmp_path / "clone"
+    assert_direct(dst, v[1])
+    assert (dst / SECOND).read_bytes() == w[1]
+    counts = {p: chunk_count(dst, "HEAD", p) for p in (MODEL, SECOND)}
+    assert staged_counts(trace) == {p: (n, n) for p, n in counts.items()}  # all, as they came
+    assert staged_leftovers(dst) == []
+
+    trace = tmp_path / "old.trace"
+    run_git("checkout", "-q", first, cwd=dst, env={"GIT_TRACE": str(trace)})
+    assert_direct(dst, v[0])
+    assert (dst / SECOND).read_bytes() == w[0]
+    staged = staged_counts(trace)
+    assert set(staged) == {MODEL, SECOND}
+    for path, (done, count) in staged.items():
+        assert count == chunk_count(dst, first, path)
+        assert done < count  # its deltas came too, and were decoded from the store after
+    assert staged_leftovers(dst) == []
+
+
+def test_a_checkout_killed_before_its_staged_copy_replaces_the_placeholder(
+    tmp_path: Path, lfs_server
+) -> None:
+    """An old version fetched on demand, killed with the model decoded into its staged
+    copy but not yet in place: git's empty file is left, which is never taken for the
+    model; `git mgit checkout` writes it and removes the dead process's staged copy."""
+    run_git("config", "--global", "mgit.store", "lfs", cwd=tmp_path)
+    v = versions(2)
+    src = init_mgit_repo(tmp_path / "src")
+    first = commit_model(src, v[0], "v0")
+    commit_model(src, v[1], "v1")
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=src)
+    run_git("push", "-q", "-u", "origin", "main", cwd=src)
+    dst = clone(lfs_server.repo_url(), tmp_path / "clone")
+
+    marker = tmp_path / "stalled"
+    env = {**os.environ, "GIT_MGIT_TEST_DIRECT_STALL": f"0:{marker}"}
+    git = subprocess.Popen(
+        ["git", "checkout", "-q", first],
+        cwd=dst,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert git.poll() is None and time.monotonic() < deadline, git.communicate()
+        time.sleep(0.01)
+    time.sleep(0.05)  # the marker's text (the pid) lands just after the file appears
+    assert len(staged_leftovers(dst)) == 1  # complete, about to replace the placeholder
+    os.kill(int(marker.read_text()), signal.SIGKILL)
+    git.communicate(timeout=60)
+
+    assert (dst / MODEL).read_bytes() == b""
+    assert run_git("status", "--porcelain", cwd=dst).stdout != ""
+    assert f"checkout did not finish: run `git mgit checkout -- {MODEL}`" in (
+        mgit("status", cwd=dst).stdout
+    )
+    assert f"wrote {MODEL}" in mgit("checkout", cwd=dst).stdout
+    staged = run_git("rev-parse", f":{MODEL}", cwd=dst).stdout.strip()  # git died: which?
+    expected = (
+        v[0] if staged == run_git("rev-parse", f"{first}:{MODEL}", cwd=dst).stdout.strip() else v[1]
+    )
+    assert_direct(dst, expected, "", MODEL)  # git itself died mid-checkout: other files vary
+    assert staged_leftovers(dst) == []
 
 
 @pytest.mark.parametrize("stall", ["before", "midway"])

@@ -63,13 +63,17 @@ def missing_versions(
 
 
 def fetch_versions(
-    store: ChunkStore, wanted: Mapping[str, mf.Manifest], remote: str | None = None
+    store: ChunkStore,
+    wanted: Mapping[str, mf.Manifest],
+    remote: str | None = None,
+    arrived: pointers.Arrived | None = None,
 ) -> Outcome:
     """Fetch what checking out `wanted` (version id -> manifest) needs and is not here.
 
     Tries `remote`, else the default remote, then the others, until nothing is
     missing; merges each remote's lineage notes on the way. Never raises for
     an unreachable remote: the outcome says which were, and what is still missing.
+    `arrived` is told of each object a blob store sends, as it comes.
     """
     out = Outcome(missing=missing_versions(store, wanted))
     if not out.missing:
@@ -78,7 +82,7 @@ def fetch_versions(
         if not out.missing:
             break
         try:
-            out.refs += _fetch_from(store, name, out.missing)
+            out.refs += _fetch_from(store, name, out.missing, arrived)
         except RemoteUnreachable as exc:
             out.unreachable[name] = str(exc)
             continue
@@ -123,7 +127,12 @@ def missing_error(path: str, store: ChunkStore, m: mf.Manifest, out: Outcome) ->
     )
 
 
-def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest]) -> int:
+def _fetch_from(
+    store: ChunkStore,
+    remote: str,
+    wanted: Mapping[str, mf.Manifest],
+    arrived: pointers.Arrived | None,
+) -> int:
     """One listing and one fetch (again if the remote changed in between); refs fetched."""
     repo = store.repo
     complete: dict[str, bool] = {}
@@ -173,7 +182,7 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
         if not targets:
             if guessed is not None:  # it brought the refs, and the notes with them
                 notes.merge(repo, notes_ref)
-            pointers.resolve(store, remote, closure)  # refs here, objects not (yet)
+            pointers.resolve(store, remote, closure, arrived=arrived)  # refs here, not objects
             return 0
         theirs = listing.get(notes.NOTES_REF)
         if theirs is not None and theirs != repo.git(
@@ -182,7 +191,8 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
             targets[notes_ref] = theirs
         keep_replaced(repo, {local[n] for n in targets if n in local})
         if source is not None and not _pointing(source, refs) and _lend(store, source, targets):
-            pointers.resolve(store, remote, [r for r in closure if r.name not in targets])
+            rest = [r for r in closure if r.name not in targets]
+            pointers.resolve(store, remote, rest, arrived=arrived)
             return len(refs)
         try:
             # By object id: git then skips listing the refs again (one round trip less).
@@ -196,7 +206,7 @@ def _fetch_from(store: ChunkStore, remote: str, wanted: Mapping[str, mf.Manifest
     else:
         return 0
     notes.merge(repo, notes_ref)
-    pointers.resolve(store, remote, closure)
+    pointers.resolve(store, remote, closure, arrived=arrived)
     return len(refs)
 
 

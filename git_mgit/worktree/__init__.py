@@ -9,6 +9,8 @@ that git never re-reads them (docs/storage.md, "Checking out large models").
 
 - journal: which direct writes are in flight or done (<git-dir>/mgit/direct/)
 - write: stream one manifest into one file, pre-sized, in place
+- staging: a fetch's large files decoded as their objects arrive, beside the
+  download, then renamed over git's empty files
 - gitindex: patch stat data of index entries in place
 - session: the filter's side, across the requests of one git command
 - repair: `git mgit checkout`, which (re)writes model files directly

@@ -22,6 +22,7 @@ from git_mgit.tracked import TrackedFile, tracked_files
 
 from .journal import Journal, Record
 from .session import record_written, write_recorded
+from .staging import remove_stale
 from .write import failure
 
 
@@ -42,6 +43,7 @@ def checkout(
     if repo.worktree is None:
         raise MgitError("git mgit checkout needs a working tree")
     journal = Journal(repo.git_dir)
+    remove_stale(repo)  # what a killed checkout staged: this writes the files again
     # Finished writes the index still lacks (the no-argument form settles them too).
     written: dict[str, tuple[str, os.stat_result]] = {}
     if not paths and rev is None:

@@ -30,6 +30,7 @@ from git_mgit.store.chunkstore import ChunkStore
 
 from .gitindex import IndexBusy, record_stats
 from .journal import Journal, Record, stat_key
+from .staging import Staged
 from .write import failure, write_model
 
 
@@ -47,6 +48,15 @@ class DirectSession:
         self.journal = Journal(repo.git_dir)
         self.placed: dict[str, Placed] = {}
         self.written: dict[str, tuple[str, os.stat_result]] = {}
+        self.staged: dict[str, Staged] = {}  # copies decoded while their objects came
+
+    def stage(self, staged: dict[str, Staged]) -> None:
+        """Files decoded (in part) while their objects downloaded, for their writes."""
+        for path, copy in staged.items():
+            old = self.staged.pop(path, None)
+            if old is not None:
+                old.discard()
+            self.staged[path] = copy
 
     def place(self, path: str, blob: str, m: mf.Manifest) -> bytes:
         """Step 2: what git writes now (nothing); the model follows at git's next request."""
@@ -61,15 +71,31 @@ class DirectSession:
             path, p = next(iter(self.placed.items()))
             del self.placed[path]
             try:
+                staged = self.staged.pop(path, None)
+                if staged is not None and staged.manifest is not p.manifest:
+                    staged.discard()
+                    staged = None
                 self.written[path] = write_recorded(
-                    self.repo, self.journal, path, p.blob, p.manifest, self.store, placeholder=True
+                    self.repo,
+                    self.journal,
+                    path,
+                    p.blob,
+                    p.manifest,
+                    self.store,
+                    placeholder=True,
+                    staged=staged,
                 )
             except Exception as exc:  # a full disk, a bad object, a bug: the next file still goes
                 print(f"git-mgit: {failure(path, exc)}", file=sys.stderr, flush=True)
 
     def finish(self) -> None:
         """Step 4, at git's exit: the index git wrote gets the written files' stat data."""
-        self.write_placed()
+        try:
+            self.write_placed()
+        finally:
+            for copy in self.staged.values():  # files git did not ask for after all
+                copy.discard()
+            self.staged.clear()
         record_written(self.repo, self.journal, self.written)
         self.written.clear()
 
@@ -81,12 +107,13 @@ def write_recorded(
     blob: str,
     m: mf.Manifest,
     store: ChunkStore,
+    staged: Staged | None = None,
     **how: bool,
 ) -> tuple[str, os.stat_result]:
     """write_model() into the worktree, then the journal record marked finished:
     (blob, stat) for record_written(). `how`: write_model's keyword options."""
     assert repo.worktree is not None
-    st = write_model(repo.worktree / path, path, m, store, **how)
+    st = write_model(repo.worktree / path, path, m, store, staged=staged, **how)
     journal.put(Record(path, blob, stat_key(st)))
     return blob, st
 

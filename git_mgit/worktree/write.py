@@ -7,6 +7,10 @@ back so that the index written afterwards is strictly newer than it: git then
 trusts the recorded stat data instead of treating the entry as racily clean
 and re-reading the whole file. On any failure the file is removed: a missing
 file is what git reports honestly, a partial one it might not.
+
+A file staged while its objects downloaded (staging.py) is completed from the
+store and renamed over git's placeholder instead: the same bytes, verified
+the same way, most of them written already.
 """
 
 from __future__ import annotations
@@ -16,13 +20,19 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
-from git_mgit.smudge import smudge
+from git_mgit.smudge import fill, smudge
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.transfer.trace import tracer
+
+if TYPE_CHECKING:
+    from .staging import Staged
 
 _SECOND = 1_000_000_000
+_trace = tracer("checkout")
 
 
 def write_model(
@@ -33,19 +43,36 @@ def write_model(
     *,
     placeholder: bool = False,
     executable: bool = False,
+    staged: Staged | None = None,
 ) -> os.stat_result:
     """Write the file `m` describes at `target`; its stat data afterwards.
 
     With `placeholder`, the file must be the empty file git just wrote, and
-    is filled in place; otherwise whatever is at `target` is replaced by a
-    new file, as git's own checkout does.
+    is filled in place, or replaced by `staged` completed; otherwise whatever
+    is at `target` is replaced by a new file, as git's own checkout does.
     """
+    if staged is not None:
+        try:
+            fd = _open(target, name, True, executable)  # git's untouched empty file, or raise
+            mode = os.fstat(fd).st_mode
+            os.close(fd)
+            try:
+                return _from_staged(target, name, m, store, staged, mode)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:  # a rename across file systems: write in place
+                    target.unlink(missing_ok=True)
+                    raise
+            except BaseException:
+                target.unlink(missing_ok=True)
+                raise
+        finally:
+            staged.discard()  # renamed, or given up: its name is free either way
     fd = _open(target, name, placeholder, executable)
     try:
         stall = _test_stall()
         if stall is not None and stall[0] == 0:
             _stall_here(stall[1])
-        _presize(fd, m.size)
+        presize(fd, m.size)
         written = 0
 
         def write(block: memoryview | bytes) -> None:
@@ -58,9 +85,7 @@ def write_model(
                 _stall_here(stall[1])
 
         smudge(m, name, store, write)
-        now = time.time_ns()
-        os.utime(fd, ns=(now, (now // _SECOND - 1) * _SECOND))
-        return os.fstat(fd)
+        return _settled(fd)
     except BaseException:
         os.close(fd)
         fd = -1
@@ -69,6 +94,43 @@ def write_model(
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def _from_staged(
+    target: Path, name: str, m: mf.Manifest, store: ChunkStore, staged: Staged, mode: int
+) -> os.stat_result:
+    """The staged copy, completed from the store, in the place of git's placeholder, with
+    the placeholder's `mode`."""
+    rest = staged.missing()
+    count = len(staged.done) + len(rest)
+    _trace(f"{name}: {len(staged.done)} of {count} chunks decoded while their objects came")
+    fill(m, rest, name, store, lambda block, at: write_at(staged.fd, block, at))
+    os.fchmod(staged.fd, stat.S_IMODE(mode))
+    _backdate(staged.fd)
+    stall = _test_stall()
+    if stall is not None:  # a kill now leaves git's empty file
+        _stall_here(stall[1])
+    os.rename(staged.file, target)
+    return os.fstat(staged.fd)  # after the rename, which changes its ctime
+
+
+def _settled(fd: int) -> os.stat_result:
+    _backdate(fd)
+    return os.fstat(fd)
+
+
+def _backdate(fd: int) -> None:
+    """The mtime a second back (see above)."""
+    now = time.time_ns()
+    os.utime(fd, ns=(now, (now // _SECOND - 1) * _SECOND))
+
+
+def write_at(fd: int, block: memoryview | bytes, offset: int) -> None:
+    """All of `block` at `offset` in the file."""
+    view = memoryview(block)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def failure(path: str, exc: Exception) -> str:
@@ -124,7 +186,8 @@ def _open(target: Path, name: str, placeholder: bool, executable: bool) -> int:
     return fd
 
 
-def _presize(fd: int, size: int) -> None:
+def presize(fd: int, size: int) -> None:
+    """Allocate the file's blocks (a full disk fails now), or at least its size."""
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:

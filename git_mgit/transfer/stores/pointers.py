@@ -15,13 +15,14 @@ anchored.
 Fetching (resolve): after git brought the version refs, the pointers of the
 chunks this clone lacks are downloaded in one batch per store, each object
 checked against its SHA-256 before it is written into a new pack, which is
-anchored; what was verified before a failure is kept.
+anchored; what was verified before a failure is kept. A caller may watch the
+objects as they arrive (`arrived`: a checkout decodes them meanwhile).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -33,12 +34,14 @@ from git_mgit.store.lookup import RECORD_REF
 from git_mgit.store.packwriter import PackWriter, built
 from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
-from git_mgit.transfer.stores.blobs import BlobStore, Pointer
+from git_mgit.transfer.stores.blobs import BlobStore, Data, Pointer
 from git_mgit.transfer.stores.choice import Choice, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_refs
 from git_mgit.transfer.stores.objectbytes import ObjectBytes
 from git_mgit.transfer.stores.registry import blob_store
 from git_mgit.transfer.versions import VersionRef
+
+Arrived = Callable[[bytes, Data], None]  # (chunk hash, the object filing it, verified)
 
 if TYPE_CHECKING:  # a fetch resolves pointers without the push's encoder and uploads
     from git_mgit.transfer.publish import Receiver, Written
@@ -144,13 +147,20 @@ def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Poi
     return out
 
 
-def resolve(store: ChunkStore, remote: str, refs: Iterable[VersionRef], exact: bool = False) -> int:
+def resolve(
+    store: ChunkStore,
+    remote: str,
+    refs: Iterable[VersionRef],
+    exact: bool = False,
+    arrived: Arrived | None = None,
+) -> int:
     """Download what the pointer refs among `refs` file and this clone lacks; bytes fetched.
 
     A chunk this clone has in any form is not downloaded, unless `exact`: then the very
     objects the pointers name are (a clone that pushed a version has the chunks `git
     add` wrote, not the whole objects the push sent; a migration sends those).
     Raises BlobStoreError (one line, naming the store) when a store cannot serve them.
+    `arrived` is told of each object as it comes, on the download's thread.
     """
     repo = store.repo
     came = 0
@@ -168,14 +178,16 @@ def resolve(store: ChunkStore, remote: str, refs: Iterable[VersionRef], exact: b
             continue
         blobs = blob_store(repo, remote, url)
         try:
-            came += _download(repo, blobs, wanted)
+            came += _download(repo, blobs, wanted, arrived)
         finally:
             blobs.close()
         store.invalidate()
     return came
 
 
-def _download(repo: Repo, blobs: BlobStore, wanted: dict[Pointer, list[bytes]]) -> int:
+def _download(
+    repo: Repo, blobs: BlobStore, wanted: dict[Pointer, list[bytes]], arrived: Arrived | None
+) -> int:
     """Verified objects into one pack, anchored; kept up to a failure, which is raised."""
     got: list[tuple[bytes, bytes]] = []
     came = 0
@@ -187,8 +199,14 @@ def _download(repo: Repo, blobs: BlobStore, wanted: dict[Pointer, list[bytes]]) 
     count = len(wanted) + anchors.anchor_size(h for hs in wanted.values() for h in hs)
     with PackWriter(repo.objects_dir, expected=count) as pack:
         try:
-            arrived = blobs.download(sorted(wanted), progress.update)
-            for p, entry in built((p, "blob", data) for p, data in arrived):
+
+            def objects() -> Iterator[tuple[Pointer, str, Data]]:
+                for p, data in blobs.download(sorted(wanted), progress.update):
+                    for h in wanted[p] if arrived is not None else ():
+                        arrived(h, data)
+                    yield p, "blob", data
+
+            for p, entry in built(objects()):
                 oid = pack.add_entry(entry)
                 got.extend((h, oid) for h in wanted[p])
                 came += p.size

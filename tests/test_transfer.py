@@ -479,12 +479,14 @@ def _git_processes(trace: Path, command: str) -> list[dict]:
 def test_a_fresh_checkout_lists_the_remote_while_its_filter_loads(
     tmp_path: Path, kind: str, request: pytest.FixtureRequest
 ) -> None:
-    """A fresh clone's filter lists the remote before it loads; its checkout then fetches
-    the version refs by object id: one listing, one fetch, no guess. So does the first
-    checkout of a clone made with --no-checkout, at an older commit whose version is a
-    delta: its ref and the bases it leans on in that one fetch. A clone that has an index
-    already guesses instead: it fetches `refs/mgit/v/<version>*` by name while the listing
-    runs, then the bases in one more fetch."""
+    """A fresh clone's filter lists the remote before it loads, and fetches the version refs
+    of HEAD's small blobs by name beside the listing (`refs/mgit/v/<blob>*`: a manifest's
+    blob id is its version): one listing, one fetch, which brought all the checkout needs.
+    The first checkout of a clone made with --no-checkout, at an older commit whose
+    version is a delta, guesses HEAD's too (wrongly), then fetches its ref and the bases
+    it leans on by object id in one more fetch. A clone that has an index already guesses
+    from the versions asked for instead: it fetches `refs/mgit/v/<version>*` by name while
+    the listing runs, then the bases in one more fetch."""
     if kind == "http":
         remote = request.getfixturevalue("http_remote")
     else:
@@ -509,18 +511,22 @@ def test_a_fresh_checkout_lists_the_remote_while_its_filter_loads(
         assert all(re.fullmatch(r"\+[0-9a-f]{40}:refs/\S+", a) for a in specs), specs
         return [a.split(":", 1)[1] for a in specs]
 
-    (fetch,), (_,) = traced("clone", "-q", remote.url, str(tmp_path / "fresh"), cwd=tmp_path)
-    assert (tmp_path / "fresh" / MODEL).read_bytes() == versions[-1]
     tip = run_git("rev-parse", f"HEAD:{MODEL}", cwd=src).stdout.strip()
-    assert f"refs/mgit/v/{tip}" in by_id(fetch)
+    (guessed,), (listing,) = traced(
+        "clone", "-q", remote.url, str(tmp_path / "fresh"), cwd=tmp_path
+    )
+    assert (tmp_path / "fresh" / MODEL).read_bytes() == versions[-1]
+    assert f"+refs/mgit/v/{tip}*:refs/mgit/v/{tip}*" in guessed["argv"]
+    assert guessed["time"] < listing["exited"]  # side by side
     note = run_git("notes", "--ref=mgit", "show", f"HEAD:{MODEL}", cwd=tmp_path / "fresh").stdout
     assert note.strip() == '{"name":"tip"}'  # the notes came with it
 
     v1 = run_git("rev-parse", f"{commits[1]}:{MODEL}", cwd=src).stdout.strip()
     older = tmp_path / "older"
     run_git("clone", "-q", "-n", remote.url, str(older), cwd=tmp_path)
-    (fetch,), (_,) = traced("checkout", "-q", commits[1], cwd=older)
+    (head, fetch), (_,) = traced("checkout", "-q", commits[1], cwd=older)
     assert (older / MODEL).read_bytes() == versions[1]
+    assert f"+refs/mgit/v/{tip}*:refs/mgit/v/{tip}*" in head["argv"]  # HEAD's, not asked for
     names = by_id(fetch)
     (mine,) = [n for n in names if n.startswith(f"refs/mgit/v/{v1}.")]  # a delta
     assert all(f"refs/mgit/v/{b}" in " ".join(names) for b in mine.split(".")[1:])

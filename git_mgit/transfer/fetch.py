@@ -149,10 +149,11 @@ def _fetch_from(
     notes_ref = notes.remote_notes_ref(remote)
     url = remote_url(repo, remote)
     source = git_dir_at(repo, url)
-    # A fresh checkout's listing, begun before the filter loaded; else a fresh clone's refs
-    # by name, beside the listing (guess.py). The listing decides.
-    ahead = guess.ahead.take(remote) if source is None else None
-    guessed = None if source is not None or ahead else guess.begin(repo, remote, url, wanted)
+    # A fresh checkout's listing and its likely refs, begun before the filter loaded; else a
+    # fresh clone's refs by name, beside the listing (guess.py). The listing decides.
+    ahead, guessed = guess.ahead.take(remote) if source is None else (None, None)
+    if source is None and ahead is None and guessed is None:
+        guessed = guess.begin(repo, remote, url, wanted)
     if guessed is not None or ahead is not None:  # its store's client too, most likely LFS's
         registry.warm_up()
     for attempt in range(_ROUNDS):

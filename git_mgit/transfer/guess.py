@@ -13,12 +13,14 @@ listing still runs (commands that stay offline read what it recorded) and
 decides: what the guess brought counts as here, the rest of the closure (a
 delta's bases) is fetched as before.
 
-Better still, a fresh checkout's filter begins that listing before it loads
+Better still, a fresh checkout's filter begins both before it loads
 (`ahead`): the remote answers while Python imports (0.1-0.2 s each, side
-by side, on a small VM), and the fetch then takes one exchange, by object
-id, instead of the guess. Fresh means no index yet (a clone's checkout
-writes it at the end) and no `.git/mgit` (git-mgit never ran here); the
-remote is the default one.
+by side, on a small VM). The versions are not asked for yet then, but they
+are among the blobs of HEAD's tree (a manifest's blob id names its
+version): the small ones are guessed, unless there are too many, and then
+the fetch takes one exchange, by object id, after the listing. Fresh means
+no index yet (a clone's checkout writes it at the end) and no `.git/mgit`
+(git-mgit never ran here); the remote is the default one.
 
 Only over HTTP(S), and never interactively: neither may ask for a password
 beside the other work (git's prompts and askpass are off, and Git
@@ -34,10 +36,13 @@ import subprocess
 import threading
 from collections.abc import Iterable
 
-from git_mgit.gitcmd import NO_PROMPT, Repo
+from git_mgit.gitcmd import NO_PROMPT, GitError, Repo
 from git_mgit.store.lookup import VERSION_PREFIX
 from git_mgit.transfer import notes
 from git_mgit.transfer.remotes import KEEP_PACKS, Listing, default_remote, fetch_listing
+
+_MANIFEST_SIZE = 1 << 20  # the blobs that may be manifests: no larger than this
+_GUESSES = 256  # a tree with more of them is not guessed from
 
 
 def begin(
@@ -69,6 +74,7 @@ class Ahead:
     def __init__(self) -> None:
         self._started: threading.Thread | None = None
         self._listings: dict[str, Listing] = {}
+        self._guesses: dict[str, subprocess.Popen[bytes]] = {}
 
     def begin(self, repo: Repo) -> None:
         """Start it, if this is a fresh checkout from a remote over HTTP(S): on a thread,
@@ -78,11 +84,12 @@ class Ahead:
             self._started = threading.Thread(target=self._list, args=(repo,), daemon=True)
             self._started.start()
 
-    def take(self, remote: str) -> Listing | None:
-        """The listing of `remote` begun ahead, once; None if there is none."""
+    def take(self, remote: str) -> tuple[Listing | None, subprocess.Popen[bytes] | None]:
+        """The listing of `remote` begun ahead and the guess begun beside it (wait() on it),
+        once each; None where there is none."""
         if self._started is not None:
             self._started.join()
-        return self._listings.pop(remote, None)
+        return self._listings.pop(remote, None), self._guesses.pop(remote, None)
 
     def drop(self) -> None:
         """Stop what no fetch took."""
@@ -91,6 +98,9 @@ class Ahead:
         for listing in self._listings.values():
             listing.close()
         self._listings.clear()
+        for guessed in self._guesses.values():
+            guessed.wait()  # it only brings refs; their fetch is short
+        self._guesses.clear()
 
     def _list(self, repo: Repo) -> None:
         # best effort: a fetch that finds no listing here lists the remote itself
@@ -98,7 +108,24 @@ class Ahead:
             remote = default_remote(repo)
             url = repo.git("remote", "get-url", remote) if remote else ""
             if remote and url.startswith(("http://", "https://")):
+                guessed = begin(repo, remote, url, _small_blobs(repo))
+                if guessed is not None:
+                    self._guesses[remote] = guessed
                 self._listings[remote] = fetch_listing(repo, remote, NO_PROMPT)
+
+
+def _small_blobs(repo: Repo) -> list[str]:
+    """The blobs of HEAD's tree that may be manifests; none if there are too many."""
+    try:
+        listing = repo.git_bytes("ls-tree", "-r", "-l", "-z", "HEAD")
+    except GitError:  # an unborn HEAD: nothing to check out
+        return []
+    blobs = []
+    for entry in listing.split(b"\0"):
+        fields = entry.partition(b"\t")[0].split()  # mode, type, id, size
+        if len(fields) == 4 and fields[1] == b"blob" and int(fields[3]) <= _MANIFEST_SIZE:
+            blobs.append(fields[2].decode())
+    return list(dict.fromkeys(blobs)) if len(blobs) <= _GUESSES else []
 
 
 ahead = Ahead()  # the filter process's (one repository, one fresh checkout)

@@ -103,6 +103,14 @@ class Repo:
         out = self.git("cat-file", "--batch-check=%(objectname)", input=asked.encode())
         return {line for line in out.splitlines() if not line.endswith(" missing")}
 
+    def deletions(self, refs: Iterable[str]) -> list[str]:
+        """`update-ref --stdin` lines deleting those of `refs` that exist here."""
+        refs = list(refs)
+        if not refs:  # for-each-ref with no pattern would list every ref
+            return []
+        have = set(self.git("for-each-ref", "--format=%(refname)", *refs).split())
+        return [f"delete {name}\n" for name in refs if name in have]
+
     def cat_blobs(self, oids: list[str]) -> list[bytes | None]:
         """The contents of many small objects in one `git cat-file --batch` call, in order
         (None for an object git does not have).

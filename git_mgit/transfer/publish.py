@@ -275,10 +275,7 @@ def _set_refs(store: ChunkStore, written: list[Written], plan: Plan) -> None:
     """
     repo = store.repo
     lines = [f"update {w.ref.name} {w.ref.commit}\n" for w in written]
-    if plan.replaced:  # (for-each-ref with no pattern would list every ref)
-        names = plan.replaced.values()
-        have = set(repo.git("for-each-ref", "--format=%(refname)", *names).split())
-        lines += [f"delete {name}\n" for name in names if name in have]
+    lines += repo.deletions(plan.replaced.values())
     lines += _retired(store, {h: oid for w in written for h, (oid, _) in w.objects.items()})
     repo.git("update-ref", "--stdin", input="".join(lines).encode())
     store.invalidate()

@@ -122,9 +122,7 @@ def _point(
             w.ref = VersionRef(w.ref.version, w.ref.bases, commit)
             lines.append(f"update {w.ref.name} {commit}\n")
         pack.finish()
-    if gone:
-        have = set(repo.git("for-each-ref", "--format=%(refname)", *gone).split())
-        lines += [f"delete {name}\n" for name in gone if name in have]
+    lines += repo.deletions(gone)
     repo.git("update-ref", "--stdin", input="".join(lines).encode())
 
 

@@ -47,15 +47,7 @@ def smudge(m: mf.Manifest, path: str, store: ChunkStore, write: Write) -> None:
     A chunk found corrupt raises after some of its bytes were written: the
     caller must tell git to discard the output (status=error, or exit 1).
     """
-    at = 0
-
-    def write_next(block: memoryview, offset: int) -> None:
-        nonlocal at
-        assert offset == at, "blocks come in file order"
-        write(block)
-        at += len(block)
-
-    fill(m, list(m.chunks()), path, store, write_next)
+    fill(m, list(m.chunks()), path, store, lambda block, _: write(block))  # in file order
 
 
 def fill(

@@ -132,6 +132,52 @@ def test_stash_pop_writes_directly(two_branches: tuple[Path, list[bytes]]) -> No
     assert run_git("cat-file", "--filters", f"HEAD:{MODEL}", cwd=repo, text=False).stdout == v[2]
 
 
+def pushed_two_models(root: Path, url: str, v: list[bytes], w: list[bytes]) -> tuple[Path, str]:
+    """A repository at `root` committing v[0] and w[0], then v[1] and w[1], pushed to `url`;
+    it and the first commit."""
+    src = init_mgit_repo(root)
+    (src / SECOND).write_bytes(w[0])
+    run_git("add", SECOND, cwd=src)
+    first = commit_model(src, v[0], "v0")
+    (src / SECOND).write_bytes(w[1])
+    run_git("add", SECOND, cwd=src)
+    commit_model(src, v[1], "v1")
+    run_git("remote", "add", "origin", url, cwd=src)
+    run_git("push", "-q", "-u", "origin", "main", cwd=src)
+    return src, first
+
+
+def stalled(cmd: list[str], cwd: Path, at: int, marker: Path) -> tuple[subprocess.Popen, int]:
+    """git `cmd` run with the filter stalling after `at` bytes of a direct write; the git
+    process and, once it stalls, the filter's pid."""
+    env = {**os.environ, "GIT_MGIT_TEST_DIRECT_STALL": f"{at}:{marker}"}
+    git = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert git.poll() is None and time.monotonic() < deadline, git.communicate()
+        time.sleep(0.01)
+    time.sleep(0.05)  # the marker's text (the pid) lands just after the file appears
+    return git, int(marker.read_text())
+
+
+def finished_after_kill(repo: Path, rev: str, theirs: bytes, ours: bytes, *paths: str) -> None:
+    """After a checkout of `rev` was killed: `git mgit status` says it did not finish, and
+    `git mgit checkout [-- paths]` writes the index's version (`theirs` if git staged `rev`'s
+    before it died, else `ours`)."""
+    assert f"checkout did not finish: run `git mgit checkout -- {MODEL}`" in (
+        mgit("status", cwd=repo).stdout
+    )
+    out = mgit("checkout", *(["--", *paths] if paths else []), cwd=repo)
+    assert f"wrote {MODEL}" in out.stdout
+    staged = run_git("rev-parse", f":{MODEL}", cwd=repo).stdout.strip()
+    expected = (
+        theirs
+        if staged == run_git("rev-parse", f"{rev}:{MODEL}", cwd=repo).stdout.strip()
+        else ours
+    )
+    assert_direct(repo, expected, "", MODEL)  # git itself died mid-checkout: other files vary
+
+
 def test_clone_pull_and_old_checkout_write_directly(tmp_path: Path, remote: Remote) -> None:
     """A fresh clone (no repository set-up yet, hooks elsewhere), a pull, and an old
     version of two models whose objects only the remote has: one batch fetches both."""
@@ -139,15 +185,7 @@ def test_clone_pull_and_old_checkout_write_directly(tmp_path: Path, remote: Remo
     hooks.mkdir()
     run_git("config", "--global", "core.hooksPath", str(hooks), cwd=tmp_path)
     v, w = versions(3), versions(2, seed=50)
-    src = init_mgit_repo(tmp_path / "src")
-    (src / SECOND).write_bytes(w[0])
-    run_git("add", SECOND, cwd=src)
-    first = commit_model(src, v[0], "v0")
-    (src / SECOND).write_bytes(w[1])
-    run_git("add", SECOND, cwd=src)
-    commit_model(src, v[1], "v1")
-    run_git("remote", "add", "origin", remote.url, cwd=src)
-    run_git("push", "-q", "-u", "origin", "main", cwd=src)
+    src, first = pushed_two_models(tmp_path / "src", remote.url, v, w)
 
     run_git("clone", "-q", remote.url, "clone", cwd=tmp_path)
     dst = tmp_path / "clone"
@@ -193,15 +231,7 @@ def test_a_clone_from_a_blob_store_decodes_large_files_while_their_objects_downl
     deltas of the new one's, is completed from the store after its download. Every file
     byte-exact, its stat data in the index, no staged copy left behind."""
     v, w = versions(2), versions(2, seed=50)
-    src = init_mgit_repo(tmp_path / "src")
-    (src / SECOND).write_bytes(w[0])
-    run_git("add", SECOND, cwd=src)
-    first = commit_model(src, v[0], "v0")
-    (src / SECOND).write_bytes(w[1])
-    run_git("add", SECOND, cwd=src)
-    commit_model(src, v[1], "v1")
-    run_git("remote", "add", "origin", store_remote.url, cwd=src)
-    run_git("push", "-q", "-u", "origin", "main", cwd=src)
+    _, first = pushed_two_models(tmp_path / "src", store_remote.url, v, w)
 
     trace = tmp_path / "clone.trace"
     run_git("clone", "-q", store_remote.url, "clone", cwd=tmp_path, env={"GIT_TRACE": str(trace)})
@@ -239,35 +269,14 @@ def test_a_checkout_killed_before_its_staged_copy_replaces_the_placeholder(
     run_git("push", "-q", "-u", "origin", "main", cwd=src)
     dst = clone(lfs_server.repo_url(), tmp_path / "clone")
 
-    marker = tmp_path / "stalled"
-    env = {**os.environ, "GIT_MGIT_TEST_DIRECT_STALL": f"0:{marker}"}
-    git = subprocess.Popen(
-        ["git", "checkout", "-q", first],
-        cwd=dst,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert git.poll() is None and time.monotonic() < deadline, git.communicate()
-        time.sleep(0.01)
-    time.sleep(0.05)  # the marker's text (the pid) lands just after the file appears
+    git, pid = stalled(["git", "checkout", "-q", first], dst, 0, tmp_path / "stalled")
     assert len(staged_leftovers(dst)) == 1  # complete, about to replace the placeholder
-    os.kill(int(marker.read_text()), signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
     git.communicate(timeout=60)
 
     assert (dst / MODEL).read_bytes() == b""
     assert run_git("status", "--porcelain", cwd=dst).stdout != ""
-    assert f"checkout did not finish: run `git mgit checkout -- {MODEL}`" in (
-        mgit("status", cwd=dst).stdout
-    )
-    assert f"wrote {MODEL}" in mgit("checkout", cwd=dst).stdout
-    staged = run_git("rev-parse", f":{MODEL}", cwd=dst).stdout.strip()  # git died: which?
-    expected = (
-        v[0] if staged == run_git("rev-parse", f"{first}:{MODEL}", cwd=dst).stdout.strip() else v[1]
-    )
-    assert_direct(dst, expected, "", MODEL)  # git itself died mid-checkout: other files vary
+    finished_after_kill(dst, first, v[0], v[1])
     assert staged_leftovers(dst) == []
 
 
@@ -277,38 +286,15 @@ def test_kill_during_direct_write_is_never_clean_and_checkout_finishes_it(
 ) -> None:
     """Killed with the empty file git wrote untouched, or halfway through the model."""
     repo, v = two_branches
-    marker = tmp_path / "stalled"
     at = 0 if stall == "before" else len(v[1]) // 2
-    env = {**os.environ, "GIT_MGIT_TEST_DIRECT_STALL": f"{at}:{marker}"}
-    git = subprocess.Popen(
-        ["git", "checkout", "-q", "next"],
-        cwd=repo,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert git.poll() is None and time.monotonic() < deadline, git.communicate()
-        time.sleep(0.01)
-    time.sleep(0.05)  # the marker's text (the pid) lands just after the file appears
-    os.kill(int(marker.read_text()), signal.SIGKILL)  # the filter, midway through the model
+    git, pid = stalled(["git", "checkout", "-q", "next"], repo, at, tmp_path / "stalled")
+    os.kill(pid, signal.SIGKILL)  # the filter, midway through the model
     git.communicate(timeout=60)
 
     assert (repo / MODEL).read_bytes() not in (v[0], v[1])  # empty, or a partial file
     status = run_git("status", "--porcelain", cwd=repo)
     assert status.stdout != "", "a partial model passed for the committed one"
-    assert f"checkout did not finish: run `git mgit checkout -- {MODEL}`" in (
-        mgit("status", cwd=repo).stdout
-    )
-
-    out = mgit("checkout", "--", MODEL, cwd=repo)
-    assert f"wrote {MODEL}" in out.stdout
-    staged = run_git("rev-parse", f":{MODEL}", cwd=repo).stdout.strip()
-    expected = (
-        v[1] if staged == run_git("rev-parse", f"next:{MODEL}", cwd=repo).stdout.strip() else v[0]
-    )
-    assert_direct(repo, expected, "", MODEL)  # git itself died mid-checkout: other files vary
+    finished_after_kill(repo, "next", v[1], v[0], MODEL)
 
 
 def test_failed_write_removes_the_file_names_it_and_checkout_finishes(

@@ -51,22 +51,8 @@ def write_model(
     is filled in place, or replaced by `staged` completed; otherwise whatever
     is at `target` is replaced by a new file, as git's own checkout does.
     """
-    if staged is not None:
-        try:
-            fd = _open(target, name, True, executable)  # git's untouched empty file, or raise
-            mode = os.fstat(fd).st_mode
-            os.close(fd)
-            try:
-                return _from_staged(target, name, m, store, staged, mode)
-            except OSError as exc:
-                if exc.errno != errno.EXDEV:  # a rename across file systems: write in place
-                    target.unlink(missing_ok=True)
-                    raise
-            except BaseException:
-                target.unlink(missing_ok=True)
-                raise
-        finally:
-            staged.discard()  # renamed, or given up: its name is free either way
+    if staged is not None and (st := _from_staged(target, name, m, store, staged)) is not None:
+        return st
     fd = _open(target, name, placeholder, executable)
     try:
         stall = _test_stall()
@@ -85,7 +71,8 @@ def write_model(
                 _stall_here(stall[1])
 
         smudge(m, name, store, write)
-        return _settled(fd)
+        _backdate(fd)
+        return os.fstat(fd)
     except BaseException:
         os.close(fd)
         fd = -1
@@ -97,26 +84,37 @@ def write_model(
 
 
 def _from_staged(
-    target: Path, name: str, m: mf.Manifest, store: ChunkStore, staged: Staged, mode: int
-) -> os.stat_result:
-    """The staged copy, completed from the store, in the place of git's placeholder, with
-    the placeholder's `mode`."""
-    rest = staged.missing()
-    count = len(staged.done) + len(rest)
-    _trace(f"{name}: {len(staged.done)} of {count} chunks decoded while their objects came")
-    fill(m, rest, name, store, lambda block, at: write_at(staged.fd, block, at))
-    os.fchmod(staged.fd, stat.S_IMODE(mode))
-    _backdate(staged.fd)
-    stall = _test_stall()
-    if stall is not None:  # a kill now leaves git's empty file
-        _stall_here(stall[1])
-    os.rename(staged.file, target)
-    return os.fstat(staged.fd)  # after the rename, which changes its ctime
-
-
-def _settled(fd: int) -> os.stat_result:
-    _backdate(fd)
-    return os.fstat(fd)
+    target: Path, name: str, m: mf.Manifest, store: ChunkStore, staged: Staged
+) -> os.stat_result | None:
+    """The staged copy, completed from the store, in the place of git's placeholder (whose
+    mode it takes); None where the rename cannot reach it (another file system): then the
+    placeholder is filled in place. Any other failure removes the placeholder, as there."""
+    try:
+        fd = _open(target, name, True, False)  # git's untouched empty file, or raise
+        mode = os.fstat(fd).st_mode
+        os.close(fd)
+        rest = staged.missing()
+        count = len(staged.done) + len(rest)
+        _trace(f"{name}: {len(staged.done)} of {count} chunks decoded while their objects came")
+        try:
+            fill(m, rest, name, store, lambda block, at: write_at(staged.fd, block, at))
+            os.fchmod(staged.fd, stat.S_IMODE(mode))
+            _backdate(staged.fd)
+            stall = _test_stall()
+            if stall is not None:  # a kill now leaves git's empty file
+                _stall_here(stall[1])
+            os.rename(staged.file, target)
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:
+                return None
+            target.unlink(missing_ok=True)
+            raise
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+        return os.fstat(staged.fd)  # after the rename, which changes its ctime
+    finally:
+        staged.discard()  # renamed, or given up: its name is free either way
 
 
 def _backdate(fd: int) -> None:

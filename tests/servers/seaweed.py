@@ -33,6 +33,7 @@ _PORT_NAMES = (
     *("master", "master.grpc", "volume", "volume.grpc"),
     *("filer", "filer.grpc", "s3", "s3.grpc"),
 )
+_MAX_VOLUMES = 1000
 _MASTER_TOML = """\
 [master.volume_growth]
 copy_1 = 1
@@ -134,7 +135,10 @@ class SeaweedServer:
             "-ip=127.0.0.1",
             "-ip.bind=127.0.0.1",
             "-master.telemetry=false",
-            "-volume.max=0",  # as many volumes as the disk holds: each bucket needs one
+            # Each bucket needs a volume of its own. `0` would mean free disk / volume size
+            # (18 on a disk with 19 GB free: CI failed there at the 19th bucket); volumes
+            # are not preallocated, so a fixed count costs no disk.
+            f"-volume.max={_MAX_VOLUMES}",
             "-master.volumeSizeLimitMB=1024",
             "-s3",
             f"-s3.config={self.root / 'identities.json'}",

@@ -259,6 +259,33 @@ def test_batches_hold_at_most_100_objects(lfs_server: LfsServer, lfs_repo: Path)
     assert len(lfs_server.uploads()) == 150
 
 
+def test_a_download_asks_for_the_next_batch_while_this_one_transfers(
+    lfs_server: LfsServer, lfs_repo: Path
+) -> None:
+    """The second batch request goes out while the first batch's objects are still being
+    taken: no transfer slot waits for a batch round trip between two batches."""
+    objects = blobs(*([100] * 150))
+    store = store_for(lfs_repo)
+    assert store.upload(list(objects), objects.__getitem__) == 150
+    asked_before = len(lfs_server.requests)
+
+    def batches() -> int:
+        return sum(
+            h.path.endswith("/objects/batch") and h.status == 200
+            for h in lfs_server.requests[asked_before:]
+        )
+
+    downloads = store.download(list(objects))
+    got = dict([next(downloads)])  # 1 of the first batch's 100 taken; at most 8 more running
+    deadline = time.monotonic() + 30
+    while batches() < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert batches() == 2
+    got.update(downloads)
+    assert got == objects
+    assert batches() == 2
+
+
 def test_an_upload_fed_lazily_starts_before_the_last_object_is_known(
     lfs_server: LfsServer, lfs_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -172,10 +172,21 @@ class LfsStore(BlobStore):
         running: dict[Future[Data], Pointer] = {}
         ahead = 0
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="lfs-download")
+        # The next batch is asked for while this one downloads, as git-lfs does: asked for
+        # only once the queue ran dry, its round trip (slowest when the server is busiest
+        # sending) left every transfer slot idle.
+        asking = ThreadPoolExecutor(1, thread_name_prefix="lfs-batch")
+
+        def ask() -> Future[list[Answer]] | None:
+            chunk = next(chunks, None)
+            return asking.submit(self._answers, api, chunk) if chunk else None
+
+        upcoming = ask()
         try:
             while True:
-                if not queue and len(running) < self.concurrency:
-                    queue.extend(self._answers(api, next(chunks, [])))
+                if not queue and upcoming is not None and len(running) < self.concurrency:
+                    queue.extend(upcoming.result())
+                    upcoming = ask()
                 while (
                     queue
                     and len(running) < self.concurrency
@@ -195,6 +206,7 @@ class LfsStore(BlobStore):
                         progress(pointer.size)
                     yield pointer, data
         finally:
+            asking.shutdown(wait=True, cancel_futures=True)
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _download_one(self, api: BatchApi, answer: Answer) -> Data:
@@ -202,8 +214,6 @@ class LfsStore(BlobStore):
 
     @staticmethod
     def _answers(api: BatchApi, chunk: list[Pointer]) -> list[Answer]:
-        if not chunk:
-            return []
         try:
             answers = api.batch("download", chunk)
         except BatchRefused as exc:

@@ -64,7 +64,7 @@ class Samples:
         }
 
 
-def _settle() -> None:
+def settle() -> None:
     """Write dirty pages back first, so one step's writeback is not billed to the next."""
     os.sync()
 
@@ -72,7 +72,7 @@ def _settle() -> None:
 def _place(src: Path, repo: BenchRepo) -> None:
     """Put a version of the model into the work tree, as a training script would write it."""
     shutil.copyfile(src, repo.file)
-    _settle()
+    settle()
 
 
 def _refresh(repo: BenchRepo) -> None:
@@ -155,7 +155,7 @@ def bench_file(ctx: Context, label: str, src: Path, tools: list[str]) -> dict[st
             log(f"{label}: {tool}: checkout ({r + 1}/{ctx.checkout_repeat})")
             repo = repos[tool]
             repo.file.unlink()
-            _settle()
+            settle()
             samples[tool].record("checkout", repo.timed("checkout", "--", FILE), "checkout")
             _verify(repo, original, "checkout")
 
@@ -186,7 +186,7 @@ def bench_file(ctx: Context, label: str, src: Path, tools: list[str]) -> dict[st
             n = len(samples[tool].times["readd_changed"])
             for rev, expected in (("HEAD~1", versions[n - 1]), ("main", versions[n])):
                 _refresh(repo)
-                _settle()
+                settle()
                 samples[tool].record(
                     "checkout_commit", repo.timed("checkout", "-q", rev), "checkout"
                 )
@@ -217,7 +217,7 @@ def bench_rss(ctx: Context, label: str, src: Path, tools: Iterable[str]) -> dict
         s.record("first_add", repo.timed("add", FILE), "add")
         repo.commit("v1")
         repo.file.unlink()
-        _settle()
+        settle()
         s.record("checkout", repo.timed("checkout", "--", FILE), "checkout")
         _verify(repo, original, "checkout")
         s.extra["stored_bytes"] = repo.stored_bytes()

@@ -104,12 +104,9 @@ def _from_staged(
             if stall is not None:  # a kill now leaves git's empty file
                 _stall_here(stall[1])
             os.rename(staged.file, target)
-        except OSError as exc:
-            if exc.errno == errno.EXDEV:
+        except BaseException as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.EXDEV:
                 return None
-            target.unlink(missing_ok=True)
-            raise
-        except BaseException:
             target.unlink(missing_ok=True)
             raise
         return os.fstat(staged.fd)  # after the rename, which changes its ctime

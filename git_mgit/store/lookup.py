@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import threading
+import time
 from collections.abc import Iterable
 
 from git_mgit.gitcmd import Repo
@@ -40,15 +41,31 @@ CREATE TABLE IF NOT EXISTS sha256 (oid TEXT PRIMARY KEY, digest BLOB NOT NULL, s
     WITHOUT ROWID;
 """
 _TABLES = ("objects", "headers", "anchors")
+_BUSY_S = 60  # how long a connection waits for another's lock
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Switch a new database to WAL. Processes opening it for the first time at once (the
+    ranks of one training run) can deadlock in that switch, and SQLite then answers one
+    of them "database is locked" at once, without its busy wait: it tries again."""
+    deadline = time.monotonic() + _BUSY_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 class LookupCache:
     def __init__(self, repo: Repo) -> None:
         self.repo = repo
         self.db = sqlite3.connect(
-            repo.mgit_dir / "lookup.sqlite", timeout=60, check_same_thread=False
+            repo.mgit_dir / "lookup.sqlite", timeout=_BUSY_S, check_same_thread=False
         )
-        self.db.execute("PRAGMA journal_mode=WAL")
+        _use_wal(self.db)
         self.db.execute("PRAGMA synchronous=NORMAL")
         if self.db.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
             # A cache of an older layout: start over (it is rebuilt from refs).

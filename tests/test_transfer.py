@@ -22,6 +22,7 @@ import pytest
 from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
 from git_mgit.store.lookup import LookupCache
+from git_mgit.transfer import guess
 from tests.gitsandbox import (
     Remote,
     clone,
@@ -471,8 +472,26 @@ def _git_processes(trace: Path, command: str) -> list[dict]:
     return [
         {**e, "exited": exits.get(e["sid"], "")}
         for e in events
-        if e.get("event") == "start" and command in e["argv"][1:4]
+        if e.get("event") == "start" and _subcommand(e["argv"]) == command
     ]
+
+
+def _negotiated(trace: Path, sid: str) -> dict[str, str]:
+    """The round trips of process `sid`'s fetch negotiation, as its trace2 `data` says."""
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    return {
+        e["key"]: str(e["value"])
+        for e in events
+        if e.get("event") == "data" and e["sid"] == sid and e.get("key") == "total_rounds"
+    }
+
+
+def _subcommand(argv: list[str]) -> str:
+    """The git command an argv runs, past `-c name=value` options."""
+    rest = argv[1:]
+    while rest[:1] == ["-c"]:
+        rest = rest[2:]
+    return rest[0] if rest else ""
 
 
 @pytest.mark.parametrize("kind", ["http", "lfs"])
@@ -518,6 +537,8 @@ def test_a_fresh_checkout_lists_the_remote_while_its_filter_loads(
     assert (tmp_path / "fresh" / MODEL).read_bytes() == versions[-1]
     assert f"+refs/mgit/v/{tip}*:refs/mgit/v/{tip}*" in guessed["argv"]
     assert guessed["time"] < listing["exited"]  # side by side
+    # nothing here is reachable from version refs or notes: no haves, one round trip
+    assert _negotiated(trace, guessed["sid"]) == {"total_rounds": "1"}
     note = run_git("notes", "--ref=mgit", "show", f"HEAD:{MODEL}", cwd=tmp_path / "fresh").stdout
     assert note.strip() == '{"name":"tip"}'  # the notes came with it
 
@@ -542,6 +563,23 @@ def test_a_fresh_checkout_lists_the_remote_while_its_filter_loads(
     assert not any(a.startswith("+refs/mgit/v/") and a.endswith("*") for a in bases["argv"])
     assert len(listings) == 1
     mgit("fsck", cwd=indexed)
+
+
+def test_a_fresh_checkout_guesses_from_each_small_blob_once(tmp_path: Path) -> None:
+    """A tree that holds one small blob many times (empty `__init__.py` files) is guessed
+    from, its blobs counted once each against the limit."""
+    root = init_mgit_repo(tmp_path / "src")
+    for i in range(guess._GUESSES + 50):
+        (root / f"pkg{i}").mkdir()
+        (root / f"pkg{i}" / "__init__.py").write_bytes(b"")
+    (root / MODEL).write_bytes(model_bytes(1))
+    run_git("add", ".", cwd=root)
+    run_git("commit", "-q", "-m", "many empty files", cwd=root)
+    expected = {
+        run_git("rev-parse", f"HEAD:{path}", cwd=root).stdout.strip()
+        for path in ("pkg0/__init__.py", MODEL, ".gitattributes")
+    }
+    assert set(guess._small_blobs(find_repo(root))) == expected
 
 
 def test_a_fine_tune_is_published_as_a_delta_of_its_base_in_the_same_commit(

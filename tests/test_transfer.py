@@ -564,6 +564,16 @@ def test_a_fresh_checkout_lists_the_remote_while_its_filter_loads(
     assert len(listings) == 1
     mgit("fsck", cwd=indexed)
 
+    noted = tmp_path / "noted"  # the notes fetched already, and no version ref
+    run_git("clone", "-q", "-n", remote.url, str(noted), cwd=tmp_path)
+    run_git("fetch", "-q", "origin", "+refs/notes/mgit*:refs/notes/mgit-remotes/origin*", cwd=noted)
+    run_git("read-tree", "HEAD", cwd=noted)
+    (guessed, *_), _ = traced("checkout", "-q", commits[1], cwd=noted)
+    assert (noted / MODEL).read_bytes() == versions[1]
+    assert f"+refs/mgit/v/{v1}*:refs/mgit/v/{v1}*" in guessed["argv"]
+    assert "fetch.negotiationAlgorithm=noop" not in guessed["argv"]  # the notes are offered
+    mgit("fsck", cwd=noted)
+
 
 def test_a_fresh_checkout_guesses_from_each_small_blob_once(tmp_path: Path) -> None:
     """A tree that holds one small blob many times (empty `__init__.py` files) is guessed

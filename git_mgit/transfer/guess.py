@@ -9,9 +9,9 @@ tip (published whole), `refs/mgit/v/<version>.<bases>` for a delta (a
 fine-tune of a base in the same commit, an older commit). So a fresh clone
 fetches `refs/mgit/v/<version>*` for each (a glob: a version the remote
 lacks fails nothing), and the lineage notes, beside the listing, offering
-no haves: the clone holds nothing those refs reach (git's default offers the
-branch's commits in vain and takes a second round trip for it, 0.05 s on
-loopback; a clone with notes but no version ref is sent its notes again). The
+no haves where the clone has no notes either: it then holds nothing those
+refs reach (git's default offers the branch's commits in vain and takes a
+second round trip for it, 0.05 s on loopback). The
 listing still runs (commands that stay offline read what it recorded) and
 decides: what the guess brought counts as here, the rest of the closure (a
 delta's bases) is fetched as before.
@@ -46,6 +46,7 @@ from git_mgit.transfer.remotes import KEEP_PACKS, Listing, default_remote, fetch
 
 _MANIFEST_SIZE = 1 << 20  # the blobs that may be manifests: no larger than this
 _GUESSES = 256  # a tree with more of them is not guessed from
+_NOTES = "refs/notes/"
 
 
 def begin(
@@ -57,11 +58,14 @@ def begin(
     names = [f"{VERSION_PREFIX}{v}*" for v in versions]
     if not names or not url.startswith(("http://", "https://")):
         return None
-    if repo.git("for-each-ref", "--count=1", "--format=%(refname)", VERSION_PREFIX):
+    # refnames sort version refs before notes: the first says whether either is here
+    first = repo.git("for-each-ref", "--count=1", "--format=%(refname)", VERSION_PREFIX, _NOTES)
+    if first.startswith(VERSION_PREFIX):
         return None
-    no_haves = ("-c", "fetch.negotiationAlgorithm=noop")
+    # nothing here reaches what it fetches, unless notes are: then they are worth offering
+    negotiation = () if first else ("-c", "fetch.negotiationAlgorithm=noop")
     return subprocess.Popen(
-        ["git", *KEEP_PACKS, *no_haves, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
+        ["git", *KEEP_PACKS, *negotiation, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
         + [remote]
         + [f"+{name}:{name}" for name in names]
         + [notes.notes_refspec(remote)],  # a glob: a remote without notes fails nothing

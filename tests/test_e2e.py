@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import threading
 from pathlib import Path
@@ -205,6 +206,51 @@ def test_mgit_gc_drops_unreachable_versions_only(repo: Path) -> None:
     run_git("checkout", "--", "model.safetensors", cwd=repo)
     assert (repo / "model.safetensors").read_bytes() == v1
     mgit("fsck", cwd=repo)
+
+
+def test_mgit_gc_keeps_an_anchor_its_fold_writes_again(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Anchor commits carry their time: a fold of exactly one old anchor's objects, in the
+    second `git add` wrote it, is that very commit. Its ref is set, then must not be deleted
+    with the old ones (it was, and `git gc` then dropped every object of HEAD's version)."""
+    from git_mgit.cli import gc
+    from git_mgit.store import anchors
+
+    v1 = model_bytes(1)
+    commit_model(repo, v1, "v1")
+    ((ref, written),) = anchor_refs(repo).items()
+    commit_model(repo, model_bytes(99), "unrelated, then dropped")
+    run_git("reset", "-q", "--hard", "HEAD~1", cwd=repo)
+    run_git("reflog", "expire", "--expire=now", "--all", cwd=repo)
+    last = max(int(t) for t in anchor_refs(repo).values())
+    # the fold in the second v1's anchor was written; `now` a second after the last anchor
+    monkeypatch.setattr(anchors, "time", _clock(int(written)))
+    monkeypatch.setattr("git_mgit.gitcmd.time", _clock(last))
+    monkeypatch.chdir(repo)
+    assert gc.run(gc_args(prune="now", dry_run=False)) == 0
+    assert not capsys.readouterr().out.startswith("dropped 0 ")  # the unrelated ones went
+    assert list(anchor_refs(repo)) == [ref]
+    (repo / "model.safetensors").unlink()
+    run_git("checkout", "--", "model.safetensors", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == v1
+
+
+def _clock(seconds: int) -> type:
+    """A stand-in for the time module whose time() stays at `seconds`."""
+    return type("Clock", (), {"time": staticmethod(lambda: float(seconds))})
+
+
+def gc_args(**values: object) -> argparse.Namespace:
+    return argparse.Namespace(**values)
+
+
+def anchor_refs(repo: Path) -> dict[str, str]:
+    """Anchor ref -> its commit's time (unix seconds)."""
+    out = run_git(
+        "for-each-ref", "--format=%(refname) %(committerdate:unix)", "refs/mgit/objects/", cwd=repo
+    ).stdout
+    return dict(line.split() for line in out.splitlines())
 
 
 def corrupt_one_object(repo: Path) -> None:

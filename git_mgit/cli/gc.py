@@ -88,13 +88,15 @@ def _fold(
     drop = [(h, o, size) for h, o, size in old_objects if chosen.get(h) != o and o not in young]
     if dry_run or not drop:
         return drop
+    folded = ""
     if keep:
-        anchors.set_ref(
+        folded = anchors.set_ref(
             repo, anchors.commit_objects(repo, [(h, bytes.fromhex(o)) for h, o in keep])
         )
-    repo.git(
-        "update-ref", "--stdin", input="".join(f"delete {r} {c}\n" for r, c, _ in old).encode()
-    )
+    # An anchor commit is its objects and its second: folding exactly one old anchor's
+    # objects in the second it was written makes that very commit, whose ref must stay.
+    gone = "".join(f"delete {r} {c}\n" for r, c, _ in old if r != folded)
+    repo.git("update-ref", "--stdin", input=gone.encode())
     store.cache.rebuild()
     return drop
 

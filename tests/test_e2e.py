@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -228,7 +229,7 @@ def test_mgit_gc_keeps_an_anchor_its_fold_writes_again(
     monkeypatch.setattr(anchors, "time", _clock(int(written)))
     monkeypatch.setattr("git_mgit.gitcmd.time", _clock(last))
     monkeypatch.chdir(repo)
-    assert gc.run(gc_args(prune="now", dry_run=False)) == 0
+    assert gc.run(argparse.Namespace(prune="now", dry_run=False)) == 0
     assert not capsys.readouterr().out.startswith("dropped 0 ")  # the unrelated ones went
     assert list(anchor_refs(repo)) == [ref]
     (repo / "model.safetensors").unlink()
@@ -236,13 +237,9 @@ def test_mgit_gc_keeps_an_anchor_its_fold_writes_again(
     assert (repo / "model.safetensors").read_bytes() == v1
 
 
-def _clock(seconds: int) -> type:
+def _clock(seconds: int) -> types.SimpleNamespace:
     """A stand-in for the time module whose time() stays at `seconds`."""
-    return type("Clock", (), {"time": staticmethod(lambda: float(seconds))})
-
-
-def gc_args(**values: object) -> argparse.Namespace:
-    return argparse.Namespace(**values)
+    return types.SimpleNamespace(time=lambda: float(seconds))
 
 
 def anchor_refs(repo: Path) -> dict[str, str]:

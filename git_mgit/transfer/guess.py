@@ -46,7 +46,6 @@ from git_mgit.transfer.remotes import KEEP_PACKS, Listing, default_remote, fetch
 
 _MANIFEST_SIZE = 1 << 20  # the blobs that may be manifests: no larger than this
 _GUESSES = 256  # a tree with more of them is not guessed from
-_NOTES = "refs/notes/"
 
 
 def begin(
@@ -59,7 +58,8 @@ def begin(
     if not names or not url.startswith(("http://", "https://")):
         return None
     # refnames sort version refs before notes: the first says whether either is here
-    first = repo.git("for-each-ref", "--count=1", "--format=%(refname)", VERSION_PREFIX, _NOTES)
+    lineage = (notes.NOTES_REF, notes.NOTES_REMOTES)
+    first = repo.git("for-each-ref", "--count=1", "--format=%(refname)", VERSION_PREFIX, *lineage)
     if first.startswith(VERSION_PREFIX):
         return None
     # nothing here reaches what it fetches, unless notes are: then they are worth offering

@@ -160,6 +160,16 @@ class RequestRecord:
     cgi_returncode: int
     cgi_stderr: str
     command: str | None = None  # a protocol v2 request's command (ls-refs, fetch), else None
+    git_protocol: str | None = None  # its Git-Protocol header (`version=2`), if it sent one
+
+    @property
+    def lists_refs(self) -> bool:
+        """Whether it asked for the refs: protocol v2's `ls-refs`, or v0's advertisement (v2's
+        `GET info/refs` only advertises capabilities)."""
+        if self.command == "ls-refs":
+            return True
+        v2 = "version=2" in (self.git_protocol or "")
+        return self.method == "GET" and "service=git-upload-pack" in self.query and not v2
 
 
 class _GitHttpHandler(BaseHTTPRequestHandler):
@@ -284,6 +294,7 @@ class _GitHttpHandler(BaseHTTPRequestHandler):
             cgi_returncode=returncode,
             cgi_stderr=cgi_stderr,
             command=command,
+            git_protocol=self.headers.get("Git-Protocol"),
         )
 
     def _relay_response(self, out: io.BufferedReader) -> int:

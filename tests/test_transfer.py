@@ -85,10 +85,11 @@ def local_chunks(repo: Path) -> set[bytes]:
 
 
 def listings(remote: Remote) -> int | None:
-    """Ref listings (protocol v2 ls-refs) the HTTP server has answered (None over file://)."""
+    """Ref listings (v2's ls-refs, v0's advertisement) the HTTP server has answered (None over
+    file://)."""
     if remote.server is None:
         return None
-    return sum(r.command == "ls-refs" for r in remote.server.requests)
+    return sum(r.lists_refs for r in remote.server.requests)
 
 
 def filed(repo: Path, prefix: str) -> dict[str, set[str]]:
@@ -476,16 +477,6 @@ def _git_processes(trace: Path, command: str) -> list[dict]:
     ]
 
 
-def _negotiated(trace: Path, sid: str) -> dict[str, str]:
-    """The round trips of process `sid`'s fetch negotiation, as its trace2 `data` says."""
-    events = [json.loads(line) for line in trace.read_text().splitlines()]
-    return {
-        e["key"]: str(e["value"])
-        for e in events
-        if e.get("event") == "data" and e["sid"] == sid and e.get("key") == "total_rounds"
-    }
-
-
 def _subcommand(argv: list[str]) -> str:
     """The git command an argv runs, past `-c name=value` options."""
     rest = argv[1:]
@@ -518,10 +509,16 @@ def test_a_fresh_checkout_lists_the_remote_while_its_filter_loads(
     src, commits = source(tmp_path, remote, versions)
     trace = tmp_path / "trace2.json"
 
+    packets = tmp_path / "packets.txt"
+
     def traced(*args: str, cwd: Path) -> tuple[list[dict], list[dict]]:
-        """The `git fetch` and `git ls-remote` processes of one git command."""
+        """The `git fetch` and `git ls-remote` processes of one git command (and every
+        pkt-line sent or received, in `packets`)."""
         trace.unlink(missing_ok=True)
-        run_git(*args, cwd=cwd, env={"GIT_TRACE2_EVENT": str(trace)})
+        packets.unlink(missing_ok=True)
+        run_git(
+            *args, cwd=cwd, env={"GIT_TRACE2_EVENT": str(trace), "GIT_TRACE_PACKET": str(packets)}
+        )
         return _git_processes(trace, "fetch"), _git_processes(trace, "ls-remote")
 
     def by_id(fetch: dict) -> list[str]:
@@ -537,8 +534,9 @@ def test_a_fresh_checkout_lists_the_remote_while_its_filter_loads(
     assert (tmp_path / "fresh" / MODEL).read_bytes() == versions[-1]
     assert f"+refs/mgit/v/{tip}*:refs/mgit/v/{tip}*" in guessed["argv"]
     assert guessed["time"] < listing["exited"]  # side by side
-    # nothing here is reachable from version refs or notes: no haves, one round trip
-    assert _negotiated(trace, guessed["sid"]) == {"total_rounds": "1"}
+    # nothing here is reachable from version refs or notes: it offers no haves (git's default
+    # would offer the clone's commits in vain, and wait a round trip for the answer)
+    assert "> have " not in packets.read_text()
     note = run_git("notes", "--ref=mgit", "show", f"HEAD:{MODEL}", cwd=tmp_path / "fresh").stdout
     assert note.strip() == '{"name":"tip"}'  # the notes came with it
 

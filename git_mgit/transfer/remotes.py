@@ -1,10 +1,19 @@
 """Which remote to talk to, and what it lists.
 
-One `git ls-remote` (protocol v2 sends just the prefixes asked for) tells a
-fetch which version refs exist and a push what the remote already holds. A
-pre-push hook starts its listing before it loads the rest of git-mgit
-(push_listing): the remote answers while Python imports, where the two took
-0.1 s each, one after the other.
+One `git ls-remote` tells a fetch which version refs exist and a push what
+the remote already holds. A pre-push hook starts its listing before it loads
+the rest of git-mgit (push_listing): the remote answers while Python
+imports, where the two took 0.1 s each, one after the other.
+
+Listings, and a fresh clone's fetch of refs by name (guess.py), speak git's
+protocol v0: its first answer is the ref advertisement itself, where v2
+takes a second exchange (its capabilities, then `ls-refs`). That is a round
+trip less, and over smart HTTP one run of the server's git less (an HTTP
+listing of a giftless remote on loopback: 0.064 s in v2, 0.020 s in v0). v0
+advertises every ref, not just the prefixes asked for, so the patterns are
+matched here, as git matches them in v2; a remote that advertises more than
+MANY_REFS refs (a busy GitHub repository's `refs/pull/*`) is noted in
+.git/mgit/many-refs/ and listed in v2 from then on.
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from fnmatch import fnmatchcase
+from pathlib import Path
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import GitError, Repo, gist
@@ -59,21 +70,40 @@ _PUSH_PATTERNS = (f"{PARTIAL_PREFIX}*", "refs/heads/*", "refs/tags/*", RECORD_RE
 _FETCH_PATTERNS = (f"{ANCHOR_PREFIX}*", NOTES_REF, RECORD_REF)
 
 
+MANY_REFS = 4096  # above this many (about 300 KB of advertisement), a listing asks in v2
+_V0 = ("-c", "protocol.version=0")
+
+
+def _many_refs_mark(repo: Repo, remote: str) -> Path:
+    # not repo.mgit_dir, which creates .git/mgit: a fresh clone's filter asks before anything
+    return repo.common_dir / "mgit" / "many-refs" / file_name(remote)
+
+
+def protocol(repo: Repo, remote: str) -> tuple[str, ...]:
+    """git's options for asking `remote` for refs by name in one exchange: protocol v0,
+    unless the remote advertises too many refs for it."""
+    return () if _many_refs_mark(repo, remote).exists() else _V0
+
+
 class Listing:
     """A `git ls-remote` under way, read when needed."""
 
     def __init__(
         self,
+        repo: Repo,
         remote: str,
         patterns: Sequence[str],
-        cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         """`env`: set in git's environment (to keep it from prompting, say)."""
         self.remote = remote
+        self._repo = repo
+        v0 = protocol(repo, remote)
+        # v0 lists every ref whatever is asked: the patterns are matched in refs()
+        self._patterns = list(patterns) if v0 else None
         self._proc = subprocess.Popen(
-            ["git", "ls-remote", remote, *patterns],
-            cwd=cwd,
+            ["git", *v0, "ls-remote", remote, *([] if v0 else patterns)],
+            cwd=_cwd(repo),
             env={**os.environ, **env} if env else None,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -90,10 +120,18 @@ class Listing:
                 f"{self.remote} could not be reached (git ls-remote {self.remote} failed: {detail})"
             )
         refs = {}
-        for line in out.decode("utf-8", "surrogateescape").splitlines():
+        lines = out.decode("utf-8", "surrogateescape").splitlines()
+        for line in lines:
             oid, _, name = line.partition("\t")
-            if name:
+            # as git ls-remote in v2 matches: the whole name (v2 asks by prefix), `*` crossing `/`
+            if name and (
+                self._patterns is None or any(fnmatchcase(name, p) for p in self._patterns)
+            ):
                 refs[name] = oid
+        if self._patterns is not None and len(lines) > MANY_REFS:
+            mark = _many_refs_mark(self._repo, self.remote)
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.write_text(f"{len(lines)}\n")
         return refs
 
     def close(self) -> None:
@@ -105,18 +143,18 @@ class Listing:
 
 def ls_remote(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:
     """refname -> object id of the remote's refs matching `patterns` (git ls-remote globs)."""
-    return Listing(remote, patterns, _cwd(repo)).refs()
+    return Listing(repo, remote, patterns).refs()
 
 
 def push_listing(repo: Repo, remote: str) -> Listing:
     """What a push to `remote` lists (its version refs and _PUSH_PATTERNS), started now."""
-    return Listing(remote, (f"{VERSION_PREFIX}*", *_PUSH_PATTERNS), _cwd(repo))
+    return Listing(repo, remote, (f"{VERSION_PREFIX}*", *_PUSH_PATTERNS))
 
 
 def fetch_listing(repo: Repo, remote: str, env: Mapping[str, str] | None = None) -> Listing:
     """What a fetch from `remote` lists (its version refs and _FETCH_PATTERNS), started now;
     `env` as Listing takes it."""
-    return Listing(remote, (f"{VERSION_PREFIX}*", *_FETCH_PATTERNS), _cwd(repo), env)
+    return Listing(repo, remote, (f"{VERSION_PREFIX}*", *_FETCH_PATTERNS), env)
 
 
 def _cwd(repo: Repo) -> os.PathLike[str]:
@@ -151,7 +189,7 @@ def transfer(repo: Repo, *args: str) -> None:
 
 def list_versions(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:
     """The remote's version refs (and refs matching `patterns`), as ls_remote, remembered."""
-    return remembered(repo, Listing(remote, (f"{VERSION_PREFIX}*", *patterns), _cwd(repo)))
+    return remembered(repo, Listing(repo, remote, (f"{VERSION_PREFIX}*", *patterns)))
 
 
 def remembered(repo: Repo, started: Listing) -> dict[str, str]:

@@ -1,0 +1,77 @@
+"""What a remote lists: one exchange (protocol v0) unless it advertises too many refs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from git_mgit.gitcmd import find_repo
+from git_mgit.transfer import remotes
+from tests.gitsandbox import Remote, commit_files, run_git
+
+
+def _refs_on(remote: Remote, work: Path, names: list[str]) -> str:
+    """Push one commit to `remote` under each of `names` (and main); the commit's id."""
+    commit = commit_files(work, {"a.txt": "a\n"}, "a")
+    run_git("push", "--quiet", remote.url, "main", *(f"{commit}:{n}" for n in names), cwd=work)
+    return commit
+
+
+def test_a_listing_asks_once_and_matches_as_git_ls_remote_does(
+    http_remote: Remote, workrepo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over HTTP a listing is one request, the v0 ref advertisement (no v2 `ls-refs`), and
+    its patterns are matched here as `git ls-remote` (v2) matches them: whole names, `*`
+    crossing `/`, annotated tags with their peeled lines."""
+    names = ["refs/mgit/v/a", "refs/mgit/v/b.c", "refs/mgit/vx/d", "refs/other/mgit/v/e"]
+    commit = _refs_on(http_remote, workrepo, names)
+    run_git("tag", "-a", "-m", "t", "t1", commit, cwd=workrepo)
+    run_git("push", "--quiet", http_remote.url, "t1", cwd=workrepo)
+    monkeypatch.chdir(workrepo)
+    repo = find_repo()
+    patterns = ("refs/mgit/v/*", "refs/tags/*", "refs/heads/main")
+    expected = run_git("ls-remote", "--", http_remote.url, *patterns, cwd=workrepo).stdout
+    before = len(http_remote.server.requests)
+
+    listed = remotes.ls_remote(repo, http_remote.url, *patterns)
+
+    asked = http_remote.server.requests[before:]
+    assert [(r.method, r.lists_refs) for r in asked] == [("GET", True)]
+    assert listed == {n: o for o, n in (line.split("\t") for line in expected.splitlines())}
+    assert "refs/mgit/v/b.c" in listed and "refs/tags/t1^{}" in listed
+    assert "refs/other/mgit/v/e" not in listed and "refs/mgit/vx/d" not in listed
+
+
+def test_a_remote_that_advertises_many_refs_is_listed_by_prefix_from_then_on(
+    http_remote: Remote, workrepo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A v0 advertisement holds every ref; one past MANY_REFS is remembered, and the next
+    listing asks v2's `ls-refs` for the prefixes alone, with the same answer."""
+    monkeypatch.setattr(remotes, "MANY_REFS", 8)
+    _refs_on(http_remote, workrepo, [f"refs/pull/{i}/head" for i in range(8)] + ["refs/mgit/v/a"])
+    monkeypatch.chdir(workrepo)
+    repo = find_repo()
+    before = len(http_remote.server.requests)
+
+    first = remotes.ls_remote(repo, http_remote.url, "refs/mgit/v/*")
+    asked = http_remote.server.requests
+    second = remotes.ls_remote(repo, http_remote.url, "refs/mgit/v/*")
+
+    assert first == second and list(first) == ["refs/mgit/v/a"]
+    assert [(r.command, r.lists_refs) for r in asked[before:]] == [(None, True)]  # v0
+    assert [r.command for r in http_remote.server.requests[len(asked) :]] == [None, "ls-refs"]
+    assert remotes.protocol(repo, http_remote.url) == ()
+
+
+def test_a_remote_with_few_refs_stays_on_one_exchange(
+    http_remote: Remote, workrepo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(remotes, "MANY_REFS", 8)
+    # 8 lines advertised: HEAD, main and these
+    _refs_on(http_remote, workrepo, [f"refs/mgit/v/{i}" for i in range(6)])
+    monkeypatch.chdir(workrepo)
+    repo = find_repo()
+
+    assert len(remotes.ls_remote(repo, http_remote.url, "refs/mgit/v/*")) == 6
+    assert remotes.protocol(repo, http_remote.url) == ("-c", "protocol.version=0")

@@ -60,6 +60,16 @@ def git_bytes(
     return proc.stdout
 
 
+def anonymized(remote: str) -> str:
+    """A remote's name or URL as messages and file names show it: a URL without the user and
+    password it may carry (`https://user:token@host/repo`), as git shows it in its own."""
+    scheme, sep, rest = remote.partition("://")
+    if not sep:
+        return remote
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+
+
 def gist(stderr: str, returncode: int) -> str:
     """The line of git's stderr that says what went wrong: its first fatal or error line."""
     lines = stderr.strip().splitlines()

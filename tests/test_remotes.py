@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from git_mgit.gitcmd import find_repo
+from git_mgit.gitcmd import anonymized, find_repo
 from git_mgit.transfer import remotes
 from tests.gitsandbox import Remote, commit_files, run_git
 
@@ -75,3 +75,28 @@ def test_a_remote_with_few_refs_stays_on_one_exchange(
 
     assert len(remotes.ls_remote(repo, http_remote.url, "refs/mgit/v/*")) == 6
     assert remotes.protocol(repo, http_remote.url) == ("-c", "protocol.version=0")
+
+
+@pytest.mark.parametrize(
+    ("remote", "shown"),
+    [
+        ("https://user:hf_token@huggingface.co/org/m", "https://huggingface.co/org/m"),
+        ("http://tok@127.0.0.1:8080/r.git", "http://127.0.0.1:8080/r.git"),
+        ("https://host/p@th", "https://host/p@th"),  # an @ in the path is no user
+        ("origin", "origin"),
+        ("git@github.com:org/m.git", "git@github.com:org/m.git"),  # scp-like: no password
+    ],
+)
+def test_a_remote_is_shown_without_its_credentials(remote: str, shown: str) -> None:
+    assert anonymized(remote) == shown
+    assert "token" not in remotes.file_name(remote)
+
+
+def test_an_unreachable_remote_is_named_without_its_password(
+    workrepo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workrepo)
+    with pytest.raises(remotes.RemoteUnreachable) as raised:
+        remotes.ls_remote(find_repo(), "http://user:s3cret@127.0.0.1:1/x.git", "refs/*")
+    assert "s3cret" not in str(raised.value)
+    assert str(raised.value).startswith("http://127.0.0.1:1/x.git could not be reached")

@@ -26,6 +26,7 @@ import pytest
 
 from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
+from git_mgit.transfer.remotes import file_name
 from git_mgit.transfer.stores.choice import choose
 from tests.gitsandbox import clone, init_bare_remote, run_git
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
@@ -240,6 +241,28 @@ def test_credentials_never_appear_in_output_or_traces(lfs_server, tmp_path: Path
     basic = base64.b64encode(f"{lfs_server.username}:{secret}".encode()).decode()
     for text in outputs:
         assert secret not in text and basic not in text
+
+
+def test_a_password_in_the_pushed_url_stays_out_of_every_file_and_ref(
+    lfs_server, tmp_path: Path
+) -> None:
+    """`git push https://user:token@host/repo` (as the Hub's docs show it): what git-mgit
+    keeps of the remote (its listing, the store it records) is filed under the URL without
+    the password, and no file it writes holds it."""
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("config", "--global", "mgit.store", "lfs", cwd=tmp_path)
+    commit_versions(root, series(2))
+    secret = lfs_server.password
+    url = lfs_server.repo_url().replace("://", f"://{lfs_server.username}:{secret}@", 1)
+    run_git("push", "-q", url, "main", cwd=root)
+
+    assert lfs_server.uploads()
+    assert (root / ".git" / "mgit" / "remotes" / file_name(lfs_server.repo_url())).is_file()
+    refs = run_git("for-each-ref", "--format=%(refname)", cwd=root).stdout.split()
+    paths = [p for p in (root / ".git").rglob("*")]
+    assert not [name for name in refs + [str(p) for p in paths] if secret in name]
+    written = [p for p in (root / ".git" / "mgit").rglob("*") if p.is_file()]
+    assert written and not [p for p in written if secret.encode() in p.read_bytes()]
 
 
 @pytest.mark.parametrize("kind", ["lfs", "s3"])

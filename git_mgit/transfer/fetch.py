@@ -20,7 +20,7 @@ from pathlib import Path
 
 from git_mgit import manifest as mf
 from git_mgit.errors import MgitError, ObjectMissing
-from git_mgit.gitcmd import GitError, Repo, env_for
+from git_mgit.gitcmd import GitError, Repo, anonymized, env_for
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
@@ -202,7 +202,7 @@ def _fetch_from(
         except GitError as exc:
             if "not our ref" in exc.detail and attempt + 1 < _ROUNDS:
                 continue  # re-published and collected meanwhile: list again
-            raise RemoteUnreachable(f"fetching from {remote} failed ({exc})") from exc
+            raise RemoteUnreachable(f"fetching from {anonymized(remote)} failed ({exc})") from exc
         break
     else:
         return 0

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from git_mgit.errors import MgitError
-from git_mgit.gitcmd import GitError, Repo
+from git_mgit.gitcmd import GitError, Repo, anonymized
 
 NOTES_REF = "refs/notes/mgit"
 NOTES_REMOTES = "refs/notes/mgit-remotes/"
@@ -108,6 +108,7 @@ def push_retrying(repo: Repo, remote: str, refspec: str, on_reject: Callable[[],
     try:
         repo.git("push", "--quiet", "--no-verify", remote, refspec)
     except GitError as exc:
+        shown = anonymized(remote)
         raise MgitError(
-            f"could not push {refspec} to {remote}: {exc}; run `git mgit push {remote}` again"
+            f"could not push {refspec} to {shown}: {exc}; run `git mgit push {shown}` again"
         ) from exc

@@ -26,7 +26,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from git_mgit.errors import MgitError
-from git_mgit.gitcmd import GitError, Repo, gist
+from git_mgit.gitcmd import GitError, Repo, anonymized, gist
 from git_mgit.store.lookup import ANCHOR_PREFIX, PARTIAL_PREFIX, RECORD_REF, VERSION_PREFIX
 from git_mgit.transfer.notes import NOTES_REF
 
@@ -116,8 +116,9 @@ class Listing:
         out, err = self._proc.communicate()
         if self._proc.returncode:
             detail = gist(err.decode("utf-8", "replace"), self._proc.returncode)
+            shown = anonymized(self.remote)
             raise RemoteUnreachable(
-                f"{self.remote} could not be reached (git ls-remote {self.remote} failed: {detail})"
+                f"{shown} could not be reached (git ls-remote {shown} failed: {detail})"
             )
         refs = {}
         lines = out.decode("utf-8", "surrogateescape").splitlines()
@@ -226,5 +227,5 @@ def recorded_versions(repo: Repo, remote: str) -> dict[str, str] | None:
 
 
 def file_name(remote: str) -> str:
-    """A remote name (or URL) as one safe file name."""
-    return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in remote)
+    """A remote name (or URL, without credentials) as one safe file or ref name."""
+    return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in anonymized(remote))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from git_mgit import config
 from git_mgit.errors import MgitError
-from git_mgit.gitcmd import GitError, Repo
+from git_mgit.gitcmd import GitError, Repo, anonymized
 from git_mgit.store import anchors
 from git_mgit.transfer.remotes import ls_remote, transfer
 
@@ -50,7 +50,8 @@ def push(repo: Repo, remote: str, specs: Sequence[str], payload: int = 0) -> Non
     try:
         transfer(repo, "push", "--no-verify", remote, *specs)
     except GitError as exc:
-        raise MgitError(f"pushing tensor objects to {remote} failed ({exc}); {hint(exc)}") from exc
+        shown = anonymized(remote)
+        raise MgitError(f"pushing tensor objects to {shown} failed ({exc}); {hint(exc)}") from exc
 
 
 def hint(exc: GitError) -> str:

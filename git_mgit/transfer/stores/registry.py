@@ -7,7 +7,7 @@ import importlib
 import threading
 
 from git_mgit.errors import MgitError
-from git_mgit.gitcmd import Repo
+from git_mgit.gitcmd import Repo, anonymized
 from git_mgit.transfer.stores.base import Store
 from git_mgit.transfer.stores.blobs import BlobStore
 from git_mgit.transfer.stores.choice import LFS, REFS, S3, Choice, choose, kind_of
@@ -34,7 +34,7 @@ def blob_store(repo: Repo, remote: str, url: str) -> BlobStore:
         store = LfsStore.for_remote(repo, remote)
         if store is None:
             raise MgitError(
-                f"{remote} has no Git LFS endpoint (a local path or file:// URL): set one with "
+                f"{anonymized(remote)} has no Git LFS endpoint (a local path or file:// URL): set one with "
                 f"`git config remote.{remote}.lfsurl URL`, or `git config mgit.store refs`"
             )
         return store
@@ -43,7 +43,7 @@ def blob_store(repo: Repo, remote: str, url: str) -> BlobStore:
 
         return open_s3(repo, url)
     raise MgitError(
-        f"a version ref on {remote} names an unknown store {url!r}: upgrade git-mgit to fetch it"
+        f"a version ref on {anonymized(remote)} names an unknown store {url!r}: upgrade git-mgit to fetch it"
     )
 
 

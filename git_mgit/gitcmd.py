@@ -70,6 +70,11 @@ def anonymized(remote: str) -> str:
     return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
 
 
+def remote_file_name(remote: str) -> str:
+    """A remote name (or URL, without credentials) as one safe file name or ref component."""
+    return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in anonymized(remote))
+
+
 def gist(stderr: str, returncode: int) -> str:
     """The line of git's stderr that says what went wrong: its first fatal or error line."""
     lines = stderr.strip().splitlines()

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from git_mgit.gitcmd import anonymized, find_repo
+from git_mgit.gitcmd import anonymized, find_repo, remote_file_name
 from git_mgit.transfer import remotes
+from git_mgit.transfer.notes import remote_notes_ref
 from tests.gitsandbox import Remote, commit_files, run_git
+from tests.mgitrepo import init_mgit_repo, mgit
 
 
 def _refs_on(remote: Remote, work: Path, names: list[str]) -> str:
@@ -89,7 +91,7 @@ def test_a_remote_with_few_refs_stays_on_one_exchange(
 )
 def test_a_remote_is_shown_without_its_credentials(remote: str, shown: str) -> None:
     assert anonymized(remote) == shown
-    assert "token" not in remotes.file_name(remote)
+    assert "token" not in remote_file_name(remote)
 
 
 def test_an_unreachable_remote_is_named_without_its_password(
@@ -100,3 +102,25 @@ def test_an_unreachable_remote_is_named_without_its_password(
         remotes.ls_remote(find_repo(), "http://user:s3cret@127.0.0.1:1/x.git", "refs/*")
     assert "s3cret" not in str(raised.value)
     assert str(raised.value).startswith("http://127.0.0.1:1/x.git could not be reached")
+
+
+def test_a_fetch_from_a_url_brings_its_notes_under_a_ref_git_accepts(
+    bare_remote: Remote, tmp_path: Path
+) -> None:
+    """`git mgit fetch <URL>` (no remote by that name): the remote's lineage notes are
+    fetched beside ours under the URL made one ref component; as given, git refused it."""
+    src = init_mgit_repo(tmp_path / "src")
+    run_git("notes", "--ref=mgit", "add", "-m", '{"name":"base"}', "HEAD", cwd=src)
+    run_git("push", "-q", bare_remote.url, "main", cwd=src)  # the notes with it (pre-push)
+    work = init_mgit_repo(tmp_path / "work")
+    run_git("fetch", "-q", bare_remote.url, "main", cwd=work)
+
+    mgit("fetch", bare_remote.url, cwd=work)
+
+    fetched = run_git("for-each-ref", "--format=%(refname)", "refs/notes/", cwd=work).stdout
+    assert remote_notes_ref(bare_remote.url) in fetched.split()
+    assert "://" not in remote_notes_ref(bare_remote.url)
+    head = run_git("rev-parse", "FETCH_HEAD", cwd=work).stdout.strip()
+    note = run_git("notes", "--ref=mgit", "show", head, cwd=work).stdout
+    assert note.strip() == '{"name":"base"}'  # merged into ours
+    assert remote_notes_ref("origin") == "refs/notes/mgit-remotes/origin"  # names as before

@@ -25,8 +25,7 @@ import numpy as np
 import pytest
 
 from git_mgit import manifest as mf
-from git_mgit.gitcmd import find_repo
-from git_mgit.transfer.remotes import file_name
+from git_mgit.gitcmd import find_repo, remote_file_name
 from git_mgit.transfer.stores.choice import choose
 from tests.gitsandbox import clone, init_bare_remote, run_git
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
@@ -257,7 +256,7 @@ def test_a_password_in_the_pushed_url_stays_out_of_every_file_and_ref(
     run_git("push", "-q", url, "main", cwd=root)
 
     assert lfs_server.uploads()
-    assert (root / ".git" / "mgit" / "remotes" / file_name(lfs_server.repo_url())).is_file()
+    assert (root / ".git" / "mgit" / "remotes" / remote_file_name(lfs_server.repo_url())).is_file()
     refs = run_git("for-each-ref", "--format=%(refname)", cwd=root).stdout.split()
     paths = [p for p in (root / ".git").rglob("*")]
     assert not [name for name in refs + [str(p) for p in paths] if secret in name]

@@ -7,20 +7,26 @@ refspec setup installs, and merged into refs/notes/mgit with `cat_sort_uniq`
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from git_mgit.errors import MgitError
-from git_mgit.gitcmd import GitError, Repo, anonymized
+from git_mgit.gitcmd import GitError, Repo, anonymized, remote_file_name
 
 NOTES_REF = "refs/notes/mgit"
 NOTES_REMOTES = "refs/notes/mgit-remotes/"
+_REF_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._/-]*(?<![/.])")  # a remote's name, as it is
 _PUSH_ATTEMPTS = 5
 
 
 def remote_notes_ref(remote: str) -> str:
-    return f"{NOTES_REMOTES}{remote}"
+    """Where `remote`'s notes are fetched to: under its name, or, for a URL or path given in
+    place of a remote's name (`git mgit fetch https://host/repo`), under that URL made one
+    ref component (as given, it is no ref name: git refused the fetch)."""
+    plain = _REF_NAME.fullmatch(remote) and ".." not in remote and not remote.endswith(".lock")
+    return f"{NOTES_REMOTES}{remote if plain else remote_file_name(remote).replace('.', '%2e')}"
 
 
 def notes_refspec(remote: str) -> str:

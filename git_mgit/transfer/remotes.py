@@ -26,7 +26,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from git_mgit.errors import MgitError
-from git_mgit.gitcmd import GitError, Repo, anonymized, gist
+from git_mgit.gitcmd import GitError, Repo, anonymized, gist, remote_file_name
 from git_mgit.store.lookup import ANCHOR_PREFIX, PARTIAL_PREFIX, RECORD_REF, VERSION_PREFIX
 from git_mgit.transfer.notes import NOTES_REF
 
@@ -76,7 +76,7 @@ _V0 = ("-c", "protocol.version=0")
 
 def _many_refs_mark(repo: Repo, remote: str) -> Path:
     # not repo.mgit_dir, which creates .git/mgit: a fresh clone's filter asks before anything
-    return repo.common_dir / "mgit" / "many-refs" / file_name(remote)
+    return repo.common_dir / "mgit" / "many-refs" / remote_file_name(remote)
 
 
 def protocol(repo: Repo, remote: str) -> tuple[str, ...]:
@@ -212,20 +212,15 @@ def remember(repo: Repo, remote: str, listing: dict[str, str]) -> None:
     )
     folder = repo.mgit_dir / "remotes"
     folder.mkdir(exist_ok=True)
-    tmp = folder / f".{file_name(remote)}.{os.getpid()}"
+    tmp = folder / f".{remote_file_name(remote)}.{os.getpid()}"
     tmp.write_text(record)
-    os.replace(tmp, folder / file_name(remote))
+    os.replace(tmp, folder / remote_file_name(remote))
 
 
 def recorded_versions(repo: Repo, remote: str) -> dict[str, str] | None:
     """The version refs `remote` listed when last asked (None if never)."""
     try:
-        text = (repo.mgit_dir / "remotes" / file_name(remote)).read_text()
+        text = (repo.mgit_dir / "remotes" / remote_file_name(remote)).read_text()
     except FileNotFoundError:
         return None
     return {name: oid for oid, _, name in (line.partition(" ") for line in text.splitlines())}
-
-
-def file_name(remote: str) -> str:
-    """A remote name (or URL, without credentials) as one safe file or ref name."""
-    return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in anonymized(remote))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from git_mgit.errors import MgitError
-from git_mgit.gitcmd import Repo
+from git_mgit.gitcmd import Repo, remote_file_name
 from git_mgit.store.lookup import RECORD_REF
 
 REFS, LFS, S3 = "refs", "lfs", "s3"
@@ -119,9 +119,9 @@ def recorded_store(repo: Repo, remote: str, listing: dict[str, str]) -> str | No
     if commit is None:
         return None
     if not repo.existing([commit]):
-        from git_mgit.transfer.remotes import file_name, transfer
+        from git_mgit.transfer.remotes import transfer
 
-        local = f"refs/mgit/stores/{file_name(remote)}"
+        local = f"refs/mgit/stores/{remote_file_name(remote)}"
         transfer(
             repo, "fetch", "--no-tags", "--no-write-fetch-head", remote, f"+{RECORD_REF}:{local}"
         )

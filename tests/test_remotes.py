@@ -48,8 +48,9 @@ def test_a_listing_asks_once_and_matches_as_git_ls_remote_does(
 def test_a_remote_that_advertises_many_refs_is_listed_by_prefix_from_then_on(
     http_remote: Remote, workrepo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A v0 advertisement holds every ref; one past MANY_REFS is remembered, and the next
-    listing asks v2's `ls-refs` for the prefixes alone, with the same answer."""
+    """A v0 advertisement holds every ref; one with more than MANY_REFS refs not asked for
+    is remembered, and the next listing asks v2's `ls-refs` for the prefixes alone, with
+    the same answer."""
     monkeypatch.setattr(remotes, "MANY_REFS", 8)
     _refs_on(http_remote, workrepo, [f"refs/pull/{i}/head" for i in range(8)] + ["refs/mgit/v/a"])
     monkeypatch.chdir(workrepo)
@@ -70,12 +71,13 @@ def test_a_remote_with_few_refs_stays_on_one_exchange(
     http_remote: Remote, workrepo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(remotes, "MANY_REFS", 8)
-    # 8 lines advertised: HEAD, main and these
-    _refs_on(http_remote, workrepo, [f"refs/mgit/v/{i}" for i in range(6)])
+    # 8 refs not asked for (HEAD, main and 6 more), and any number of those asked for
+    others = [f"refs/pull/{i}/head" for i in range(6)]
+    _refs_on(http_remote, workrepo, others + [f"refs/mgit/v/{i}" for i in range(20)])
     monkeypatch.chdir(workrepo)
     repo = find_repo()
 
-    assert len(remotes.ls_remote(repo, http_remote.url, "refs/mgit/v/*")) == 6
+    assert len(remotes.ls_remote(repo, http_remote.url, "refs/mgit/v/*")) == 20
     assert remotes.protocol(repo, http_remote.url) == ("-c", "protocol.version=0")
 
 

@@ -12,8 +12,9 @@ trip less, and over smart HTTP one run of the server's git less (an HTTP
 listing of a giftless remote on loopback: 0.064 s in v2, 0.020 s in v0). v0
 advertises every ref, not just the prefixes asked for, so the patterns are
 matched here, as git matches them in v2; a remote that advertises more than
-MANY_REFS refs (a busy GitHub repository's `refs/pull/*`) is noted in
-.git/mgit/many-refs/ and listed in v2 from then on.
+MANY_REFS refs beyond those asked for (a busy GitHub repository's
+`refs/pull/*`) is noted in .git/mgit/many-refs/ and listed in v2 from then
+on.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ _PUSH_PATTERNS = (f"{PARTIAL_PREFIX}*", "refs/heads/*", "refs/tags/*", RECORD_RE
 _FETCH_PATTERNS = (f"{ANCHOR_PREFIX}*", NOTES_REF, RECORD_REF)
 
 
-MANY_REFS = 4096  # above this many (about 300 KB of advertisement), a listing asks in v2
+MANY_REFS = 4096  # past this many refs not asked for (~300 KB), a listing asks in v2
 _V0 = ("-c", "protocol.version=0")
 
 
@@ -129,10 +130,11 @@ class Listing:
                 self._patterns is None or any(fnmatchcase(name, p) for p in self._patterns)
             ):
                 refs[name] = oid
-        if self._patterns is not None and len(lines) > MANY_REFS:
+        # what v0 sent beyond what was asked for: v2 would not have sent it
+        if self._patterns is not None and len(lines) - len(refs) > MANY_REFS:
             mark = _many_refs_mark(self._repo, self.remote)
             mark.parent.mkdir(parents=True, exist_ok=True)
-            mark.write_text(f"{len(lines)}\n")
+            mark.write_text(f"{len(lines) - len(refs)}\n")
         return refs
 
     def close(self) -> None:

@@ -4,13 +4,14 @@ Real servers on loopback, started here and stopped after (tests/servers/):
 giftless behind HTTP Basic beside `git http-backend` on one port (the LFS
 server runs in this process, on threads), and SeaweedFS with its S3 gateway.
 For each of the history section's three series (history_models.py), four
-remotes:
+remotes, every one a git repository on that server, reached over smart HTTP
+with its basic auth (git's own exchanges cost every tool the same):
 
-- `git-mgit refs`: a bare repository over file://, version refs holding the
-  objects (the reference the pointer stores are held to: at most 1.05x);
-- `git-mgit lfs`: a repository on the giftless server, `mgit.store lfs`;
-- `git-lfs`: a repository of its own on the same server;
-- `git-mgit s3`: a bare repository over file:// and a fresh bucket,
+- `git-mgit refs`: version refs holding the objects (the reference the
+  pointer stores are held to: at most 1.05x);
+- `git-mgit lfs`: `mgit.store lfs`, the objects in giftless;
+- `git-lfs`: a repository of its own;
+- `git-mgit s3`: a fresh bucket for the objects,
   `mgit.store s3://bucket/models?endpoint=...`.
 
 git-mgit commits the checkpoints once and each of its stores pushes a copy of
@@ -55,7 +56,6 @@ import store_clients
 from history_bench import (
     CLONES,
     FILE,
-    _bare,
     _check,
     _commit,
     _git,
@@ -142,16 +142,17 @@ def _slug(tool: str) -> str:
 
 
 def new_remote(srv: Servers, tool: str, name: str) -> Remote:
-    """An empty remote for `tool`, named `name` on its server."""
+    """An empty remote for `tool`, named `name` on its server. Every tool's git is served by
+    the same smart-HTTP server (giftless's, behind its basic auth), so git's own exchanges
+    cost every tool the same; the S3 store's bytes go to SeaweedFS."""
+    repo = f"bench/{name}"
+    url, git_dir = srv.lfs.repo_url(repo), srv.lfs.git_root / f"{repo}.git"
     if tool in (LFS, GIT_LFS):
-        repo = f"bench/{name}"
-        url = srv.lfs.repo_url(repo)
         folder = srv.lfs.storage / repo
         store = "lfs" if tool == LFS else None
-        return Remote(url, srv.lfs.git_root / f"{repo}.git", store, lambda: size_of(folder), repo)
-    bare = _bare(srv.root / "git" / f"{name}.git", srv.env)
+        return Remote(url, git_dir, store, lambda: size_of(folder), repo)
     if tool == REFS:
-        return Remote(bare.as_uri(), bare, "refs", lambda: 0)
+        return Remote(url, git_dir, "refs", lambda: 0)
     bucket = srv.s3.new_bucket()
     client = store_clients.s3_client(
         srv.s3.endpoint, bucket.name, srv.s3.access_key, srv.s3.secret_key
@@ -160,7 +161,7 @@ def new_remote(srv: Servers, tool: str, name: str) -> Remote:
     def listed() -> int:
         return sum(store_clients.bucket_bytes(client, PREFIX).values())
 
-    return Remote(bare.as_uri(), bare, bucket.url(PREFIX), listed, bucket.name)
+    return Remote(url, git_dir, bucket.url(PREFIX), listed, bucket.name)
 
 
 def _drop(srv: Servers, remote: Remote) -> None:

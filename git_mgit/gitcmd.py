@@ -72,7 +72,8 @@ def anonymized(remote: str) -> str:
 
 def remote_file_name(remote: str) -> str:
     """A remote name (or URL, without credentials) as one safe file name or ref component."""
-    return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in anonymized(remote))
+    shown = anonymized(remote)
+    return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in shown)
 
 
 def gist(stderr: str, returncode: int) -> str:

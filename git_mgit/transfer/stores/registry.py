@@ -34,8 +34,9 @@ def blob_store(repo: Repo, remote: str, url: str) -> BlobStore:
         store = LfsStore.for_remote(repo, remote)
         if store is None:
             raise MgitError(
-                f"{anonymized(remote)} has no Git LFS endpoint (a local path or file:// URL): set one with "
-                f"`git config remote.{remote}.lfsurl URL`, or `git config mgit.store refs`"
+                f"{anonymized(remote)} has no Git LFS endpoint (a local path or file:// URL): "
+                f"set one with `git config remote.{remote}.lfsurl URL`, or "
+                "`git config mgit.store refs`"
             )
         return store
     if kind == S3:
@@ -43,7 +44,8 @@ def blob_store(repo: Repo, remote: str, url: str) -> BlobStore:
 
         return open_s3(repo, url)
     raise MgitError(
-        f"a version ref on {anonymized(remote)} names an unknown store {url!r}: upgrade git-mgit to fetch it"
+        f"a version ref on {anonymized(remote)} names an unknown store {url!r}: "
+        "upgrade git-mgit to fetch it"
     )
 
 

@@ -8,6 +8,7 @@ defines them.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterable
@@ -60,6 +61,9 @@ def git_bytes(
     return proc.stdout
 
 
+_DOT_NOT_IN_REFS = re.compile(r"^\.|(?<=\.)\.|\.(?=lock$)")
+
+
 def anonymized(remote: str) -> str:
     """A remote's name or URL as messages and file names show it: a URL without the user and
     password it may carry (`https://user:token@host/repo`), as git shows it in its own."""
@@ -73,7 +77,9 @@ def anonymized(remote: str) -> str:
 def remote_file_name(remote: str) -> str:
     """A remote name (or URL, without credentials) as one safe file name or ref component."""
     shown = anonymized(remote)
-    return "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in shown)
+    name = "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02x}" for c in shown)
+    # a ref component may not start with `.`, hold `..` or end in `.lock` (`../models.git`)
+    return _DOT_NOT_IN_REFS.sub("%2e", name)
 
 
 def gist(stderr: str, returncode: int) -> str:

@@ -26,7 +26,7 @@ def remote_notes_ref(remote: str) -> str:
     place of a remote's name (`git mgit fetch https://host/repo`), under that URL made one
     ref component (as given, it is no ref name: git refused the fetch)."""
     plain = _REF_NAME.fullmatch(remote) and ".." not in remote and not remote.endswith(".lock")
-    return f"{NOTES_REMOTES}{remote if plain else remote_file_name(remote).replace('.', '%2e')}"
+    return f"{NOTES_REMOTES}{remote if plain else remote_file_name(remote)}"
 
 
 def notes_refspec(remote: str) -> str:

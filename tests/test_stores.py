@@ -687,6 +687,54 @@ def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
     assert report.uploaded == len(set(lfs_server.uploads())) == len(lfs_server.uploads())
 
 
+def test_the_pointer_refs_push_lists_while_objects_upload_and_sends_after(
+    lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The version refs' `git push` connects and lists the remote while the objects still
+    upload (the push's wait for its uploads is held here until git listed), and sends only
+    once the store holds every object: the remote's git receives them after the last
+    upload, and the version checks out from a fresh clone."""
+    from git_mgit.transfer.push import push_versions
+    from git_mgit.transfer.stores import upload
+
+    versions = series(3, size=4000)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions)
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+
+    def listings() -> int:
+        return sum(h.path.endswith("/info/refs") and h.status == 200 for h in lfs_server.requests)
+
+    hashed, wait = upload.Upload.hashed, upload.Upload.wait
+    seen: dict[str, int] = {}
+
+    def hashed_counted(self: upload.Upload) -> None:
+        hashed(self)
+        seen["before"] = listings()
+
+    def wait_for_listing(self: upload.Upload):
+        for _ in range(3000):
+            if listings() > seen["before"]:
+                break
+            time.sleep(0.01)
+        seen["during"] = listings()
+        return wait(self)
+
+    monkeypatch.setattr(upload.Upload, "hashed", hashed_counted)
+    monkeypatch.setattr(upload.Upload, "wait", wait_for_listing)
+    report = push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
+    assert report.uploaded > 1
+    assert seen["during"] == seen["before"] + 1, "the refs' push did not list the remote early"
+    hits = lfs_server.requests
+    uploads = [i for i, h in enumerate(hits) if "/objects/storage/" in h.path]
+    received = [i for i, h in enumerate(hits) if h.path.endswith("/git-receive-pack")]
+    assert uploads and received and max(uploads) < min(received)
+    run_git("push", "-q", "origin", "main", cwd=root)
+    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
+    assert (fresh / MODEL).read_bytes() == versions[-1]
+
+
 def test_a_push_loads_its_stores_client_while_the_remote_lists(tmp_path: Path) -> None:
     """The client of the store a push will likely use is imported on a thread of its own
     (the push lists the remote's refs meanwhile); a version-refs remote imports none."""

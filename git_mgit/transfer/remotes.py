@@ -171,23 +171,45 @@ def transfer(repo: Repo, *args: str) -> None:
     What the remote itself said (its `remote:` lines: a hook's reason for refusing)
     is printed either way: it is the most useful line the user can get.
     """
-    visible = sys.stderr.isatty()
-    command, *rest = args
-    keep = KEEP_PACKS if command == "fetch" else ()
-    proc = subprocess.run(
-        ["git", *keep, command, "--progress" if visible else "--quiet", *rest],
-        cwd=repo.worktree or repo.git_dir,
-        stdout=subprocess.DEVNULL,
-        stderr=None if visible else subprocess.PIPE,
-        check=False,
-    )
-    if proc.returncode:
-        detail = "" if visible else proc.stderr.decode("utf-8", "replace").strip()
-        said = [line for line in detail.splitlines() if line.startswith("remote:")]
-        if said:
-            sys.stderr.write("".join(f"{line}\n" for line in said))
-        what = gist(detail, proc.returncode) if detail else f"exit {proc.returncode}, see above"
-        raise GitError(f"git {command} failed: {what}", detail)
+    Transfer(repo, *args).wait()
+
+
+class Transfer:
+    """transfer(), begun: wait() ends it. `config` goes before the command (`-c` pairs),
+    `fds` are passed on to git (and its hooks), `env` is added to git's."""
+
+    def __init__(
+        self,
+        repo: Repo,
+        *args: str,
+        config: Sequence[str] = (),
+        fds: Sequence[int] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        visible = sys.stderr.isatty()
+        self.command, *rest = args
+        keep = KEEP_PACKS if self.command == "fetch" else ()
+        self._visible = visible
+        self._proc = subprocess.Popen(
+            ["git", *keep, *config, self.command, "--progress" if visible else "--quiet", *rest],
+            cwd=repo.worktree or repo.git_dir,
+            stdout=subprocess.DEVNULL,
+            stderr=None if visible else subprocess.PIPE,
+            pass_fds=fds,
+            env=None if env is None else {**os.environ, **env},
+        )
+
+    def wait(self) -> None:
+        """Raises GitError as transfer() does."""
+        _, stderr = self._proc.communicate()
+        if self._proc.returncode:
+            detail = "" if self._visible else stderr.decode("utf-8", "replace").strip()
+            said = [line for line in detail.splitlines() if line.startswith("remote:")]
+            if said:
+                sys.stderr.write("".join(f"{line}\n" for line in said))
+            code = self._proc.returncode
+            what = gist(detail, code) if detail else f"exit {code}, see above"
+            raise GitError(f"git {self.command} failed: {what}", detail)
 
 
 def list_versions(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 Publishing a version: its objects are uploaded first, beginning while the
 push still writes them (upload.py; the blob store is asked which it lacks:
-nothing is sent twice), then its version ref is pushed
+nothing is sent twice), then its version ref is pushed (a push begun while
+the last objects upload, which sends once they are in: gitpush.Gate)
 as a commit whose tree files a pointer per chunk (pointer.py) and whose
 message ends with `store <url>`: the ref says where its bytes are, so any
 clone fetches them with nothing configured, and a history whose versions
@@ -36,7 +37,7 @@ from git_mgit.transfer.stores import pointer
 from git_mgit.transfer.stores.base import Sent, Store
 from git_mgit.transfer.stores.blobs import BlobStore, Data, Pointer
 from git_mgit.transfer.stores.choice import Choice, parse_record, record_text
-from git_mgit.transfer.stores.gitpush import push, push_refs
+from git_mgit.transfer.stores.gitpush import Gate, push, push_refs
 from git_mgit.transfer.stores.objectbytes import ObjectBytes
 from git_mgit.transfer.stores.registry import blob_store
 from git_mgit.transfer.versions import VersionRef
@@ -85,32 +86,37 @@ class PointerStore(Store):
         if self._upload is None:  # not begun while the objects were written (a migration)
             with self.sending(store):
                 return self.publish(store, written, listing, gone, limit)
-        repo, url = self.repo, self.choice.url
-        sent = self._upload.finish(o for w in written for o in w.objects.values())
-        _point(repo, written, self._upload.pointers, url, gone)
-        specs = [w.ref.name for w in written]
+        repo, url, upload = self.repo, self.choice.url, self._upload
+        upload.hand_over(o for w in written for o in w.objects.values())
+        upload.hashed()  # the pointers are known before the last bytes are sent
+        _pointer_commits(repo, written, upload.pointers, url)
+        specs = {w.ref.name: w.ref.commit for w in written}
         if RECORD_REF not in listing and not self.choice.reason.startswith("the remote records"):
-            record = anchors.commit_blobs(repo, [], record_text(url))
-            repo.git("update-ref", RECORD_REF, record)
-            specs.append(RECORD_REF)
-        push_refs(repo, self.remote, specs)
+            specs[RECORD_REF] = anchors.commit_blobs(repo, [], record_text(url))
+        # git connects and lists the remote while the rest uploads; it sends once they are in
+        gate = Gate.begin(repo, self.remote, [f"+{c}:{name}" for name, c in specs.items()])
+        try:
+            sent = upload.wait()
+        except BaseException:
+            if gate is not None:
+                gate.shut()
+            raise
+        lines = [f"update {name} {commit}\n" for name, commit in specs.items()]
+        repo.git("update-ref", "--stdin", input="".join([*lines, *repo.deletions(gone)]).encode())
+        first = gate.open if gate is not None else None
+        push_refs(repo, self.remote, list(specs), first=first, before=listing)
         if gone:
             push(repo, self.remote, [f":{name}" for name in gone])
         return sent
 
 
-def _point(
-    repo: Repo,
-    written: Sequence[Written],
-    pointers: dict[str, Pointer],
-    url: str,
-    gone: Sequence[str],
+def _pointer_commits(
+    repo: Repo, written: Sequence[Written], pointers: dict[str, Pointer], url: str
 ) -> None:
-    """Write each version's pointer commit; point the version refs here at them and drop
-    those of `gone` (one transaction). Their objects need no anchor of their own: a push
-    keeps none of those it encoded, and the rest were anchored where they were written
-    (by `git add`, or by the fetch of a migration)."""
-    lines = []
+    """Write each version's pointer commit (w.ref.commit); the refs are set once the store
+    holds the objects. Their objects need no anchor of their own: a push keeps none of
+    those it encoded, and the rest were anchored where they were written (by `git add`, or
+    by the fetch of a migration)."""
     with PackWriter(repo.objects_dir) as pack:
         files = {oid: pack.add("blob", [pointer.render(p)]) for oid, p in pointers.items()}
         for w in written:
@@ -120,10 +126,7 @@ def _point(
                 pack, entries, timestamp=0, message=message, suffix=pointer.SUFFIX
             )
             w.ref = VersionRef(w.ref.version, w.ref.bases, commit)
-            lines.append(f"update {w.ref.name} {commit}\n")
         pack.finish()
-    lines += repo.deletions(gone)
-    repo.git("update-ref", "--stdin", input="".join(lines).encode())
 
 
 def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Pointer]]:

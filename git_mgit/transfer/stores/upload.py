@@ -7,10 +7,13 @@ handed over as they are encoded (hold(): sent from memory and let go once
 the store holds them, objectbytes.py), or as objects this clone has
 (readable(), hashed on git-mgit's cores), and sent
 in the blob store's chunks as they come (the store asks the server which it
-lacks, chunk by chunk: nothing is sent twice). finish() hands over the rest
+lacks, chunk by chunk: nothing is sent twice). hand_over() hands over the rest
 (every object the published versions file: the early ones are only a head
-start), waits, and returns what was sent; cancel() stops a push that failed,
-and what was uploaded stays (a rerun asks again and sends only the rest).
+start) and wait() waits, and returns what was sent; hashed() says when every
+object's pointer is known, which is before the last bytes are sent (the
+pointer refs' push connects meanwhile, pointers.py); cancel() stops a push
+that failed, and what was uploaded stays (a rerun asks again and sends only
+the rest).
 
 Progress shows once the encoding is done, for the bytes left to send.
 """
@@ -57,11 +60,12 @@ class Upload:
         self._opening = opening
         self._queue: queue.SimpleQueue[list[tuple[str, int]] | None] = queue.SimpleQueue()
         self._by_pointer: dict[Pointer, str] = {}
-        self._lock = threading.Lock()  # the progress, shown from finish() on
+        self._lock = threading.Lock()  # the progress, shown from hand_over() on
         self._progress: Progress | None = None
         self._where = url
         self._cancelled = False
         self._error: BaseException | None = None
+        self._all_hashed = threading.Event()  # set once hand_over()'s objects are hashed
         self._thread = threading.Thread(target=self._run, name="mgit-upload", daemon=True)
         self._thread.start()
 
@@ -93,16 +97,26 @@ class Upload:
         self._queue.put([(p.oid, p.size)])
         return p.oid
 
-    def finish(self, objects: Objects) -> Sent:
-        """Send `objects` too (those already handed over are not sent twice) and wait for
-        every upload; raises what failed."""
+    def hand_over(self, objects: Objects) -> None:
+        """The last objects to send (those already handed over are not sent twice)."""
         objects = dict(objects)
         self._queue.put(list(objects.items()))
         self._queue.put(None)
         with self._lock:
             left = sum(objects.values()) - self.sent.bytes
             self._progress = Progress(f"git-mgit: uploading to {self._where}", max(left, 0))
+
+    def hashed(self) -> None:
+        """Wait until every object handed over has its pointer (self.pointers); raises what
+        failed."""
+        self._all_hashed.wait()
+        if self._error is not None:
+            raise self._error
+
+    def wait(self) -> Sent:
+        """Wait for every upload of what was handed over; raises what failed."""
         self._thread.join()
+        assert self._progress is not None, "hand_over() first"
         self._progress.finish()
         if self._error is not None:
             raise self._error
@@ -144,6 +158,7 @@ class Upload:
                 self.pointers[oid] = p
                 self._by_pointer.setdefault(p, oid)
                 yield p
+        self._all_hashed.set()
 
     def _moved(self, n: int) -> None:
         with self._lock:
@@ -169,6 +184,8 @@ class Upload:
             finally:
                 blobs.close()
                 self.read.forget(self.pointers)  # pages hashed but not sent (the store had them)
-        except BaseException as e:  # raised where the push waits: hold(), readable(), finish()
+        except BaseException as e:  # raised where the push waits: hold(), readable(), wait()
             self._error = e
             self.read.wake()
+        finally:
+            self._all_hashed.set()

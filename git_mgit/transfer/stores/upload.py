@@ -108,10 +108,10 @@ class Upload:
 
     def hashed(self) -> None:
         """Wait until every object handed over has its pointer (self.pointers); raises what
-        failed."""
+        failed, as wait() does (the progress ended)."""
         self._all_hashed.wait()
         if self._error is not None:
-            raise self._error
+            self.wait()
 
     def wait(self) -> Sent:
         """Wait for every upload of what was handed over; raises what failed."""

@@ -186,15 +186,15 @@ class Transfer:
         fds: Sequence[int] = (),
         env: Mapping[str, str] | None = None,
     ) -> None:
-        visible = sys.stderr.isatty()
+        self._visible = sys.stderr.isatty()
         self.command, *rest = args
         keep = KEEP_PACKS if self.command == "fetch" else ()
-        self._visible = visible
+        verbosity = "--progress" if self._visible else "--quiet"
         self._proc = subprocess.Popen(
-            ["git", *keep, *config, self.command, "--progress" if visible else "--quiet", *rest],
-            cwd=repo.worktree or repo.git_dir,
+            ["git", *keep, *config, self.command, verbosity, *rest],
+            cwd=_cwd(repo),
             stdout=subprocess.DEVNULL,
-            stderr=None if visible else subprocess.PIPE,
+            stderr=None if self._visible else subprocess.PIPE,
             pass_fds=fds,
             env=None if env is None else {**os.environ, **env},
         )

@@ -1048,34 +1048,56 @@ def _stores_transfer_table(data: dict[str, Any]) -> str:
     """The big model: push and clone per pointer store and git-lfs, beside the plain client."""
     order = [t for store, raw in POINTER_STORES.items() for t in (store, raw)]
     order.append(stores_bench.GIT_LFS)
+    metered = "clone_cpu_s" in data["tools"][order[0]]  # runs before it have no CPU
+
+    def step(seconds: str, gbps: str, cpu: str) -> list[str]:
+        return [seconds, gbps, cpu] if metered else [seconds, gbps]
+
     rows = []
     for tool in order:
-        samples = data["tools"][tool]
-        rows.append(
-            (
-                tool,
-                [
-                    f"{median(samples['push_s']):.2f}",
-                    f"{_gbps(data, tool, 'push_s'):.2f}",
-                    f"{median(samples['clone_s']):.2f}",
-                    f"{_gbps(data, tool, 'clone_s'):.2f}",
-                    _mib(data["object_bytes"][tool]),
-                ],
-            )
-        )
+        samples, cells = data["tools"][tool], []
+        for name in ("push", "clone"):
+            seconds, gbps = median(samples[f"{name}_s"]), _gbps(data, tool, f"{name}_s")
+            cpu_cell = _cpu_cell(samples, name) if metered else ""
+            cells += step(f"{seconds:.2f}", f"{gbps:.2f}", cpu_cell)
+        rows.append((tool, [*cells, _mib(data["object_bytes"][tool])]))
     if data.get("new_file_s"):  # runs before it was measured have none
         seconds = median(data["new_file_s"])
         written = f"{data['bytes'] / 1e9 / seconds:.2f}"
-        rows.append(
-            ("a new file of its bytes, written", ["-", "-", f"{seconds:.2f}", written, "-"])
-        )
-    columns = ["push/upload (s)", "GB/s", "clone/download (s)", "GB/s", "objects (MiB)"]
+        cells = [*step("-", "-", "-"), *step(f"{seconds:.2f}", written, "-"), "-"]
+        rows.append(("a new file of its bytes, written", cells))
+    cpu = "CPU (s): tool + servers"
+    columns = [
+        *step("push/upload (s)", "GB/s", cpu),
+        *step("clone/download (s)", "GB/s", cpu),
+        "objects (MiB)",
+    ]
     title = (
         f"stores: fp32 model of {data['bytes']:,} bytes ({data['size_mib']} MiB), "
         f"{data['concurrency']} transfers at once, median of {data['rounds']} round(s); "
         "GB/s of model bytes"
+        + (f"; CPU seconds, user + system, on {data['cores']} cores" if metered else "")
     )
     return _table(title, columns, rows)
+
+
+def _cpu_cell(samples: dict[str, list[float]], step: str) -> str:
+    """The tool's CPU seconds for `step`, plus the servers' where they were measured."""
+    mine = f"{median(samples[f'{step}_cpu_s']):.2f}"
+    servers = samples.get(f"{step}_server_cpu_s")
+    return f"{mine} + {median(servers):.2f}" if servers else mine
+
+
+def _cpu_floor(data: dict[str, Any], tool: str, step: str) -> str:
+    """What the step's CPU allows at best on this machine's cores, for a target's detail."""
+    samples = data["tools"][tool]
+    if f"{step}_server_cpu_s" not in samples:
+        return ""
+    cpu = median(samples[f"{step}_cpu_s"]) + median(samples[f"{step}_server_cpu_s"])
+    return (
+        f"; its processes and the servers took {cpu:.2f} CPU s, at least "
+        f"{cpu / data['cores']:.2f} s on {data['cores']} cores"
+    )
 
 
 def stores_table(data: dict[str, Any]) -> str:
@@ -1134,7 +1156,8 @@ def stores_targets(data: dict[str, Any]) -> list[Target]:
                     f"{raw}'s throughput",
                     mine >= 0.7 * theirs,
                     f"{mine:.2f} vs {theirs:.2f} GB/s ({mine / theirs:.2f}x)"
-                    + (floor if key == "clone_s" else ""),
+                    + (floor if key == "clone_s" else "")
+                    + _cpu_floor(big, tool, what),
                 )
             )
     return out

@@ -2,8 +2,9 @@
 
 `python store_clients.py` reads a JSON spec on stdin, downloads a set of objects
 from a store and uploads them again under another name, and prints the two
-timings as JSON. It runs as a process of its own, as git-mgit does, so it never
-competes with the bench's in-process LFS server for the GIL.
+timings (wall seconds, and this process's CPU seconds) as JSON. It runs as a
+process of its own, as git-mgit does, so it never competes with the bench's
+in-process LFS server for the GIL.
 
 - `lfs`: the Git LFS Batch API's `basic` transfer with urllib3: one batch
   request per 100 objects, then a GET (download) or a PUT and its `verify`
@@ -54,10 +55,11 @@ def bucket_bytes(client: Any, prefix: str) -> dict[str, int]:
     }
 
 
-def _seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def _seconds(fn: Callable[[], object]) -> tuple[float, float]:
+    """Wall seconds of fn(), and the CPU seconds this process (every thread) spent in it."""
+    start, cpu = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def _each(fn: Callable[[Any], object], items: Sequence[Any], concurrency: int) -> None:
@@ -66,10 +68,14 @@ def _each(fn: Callable[[Any], object], items: Sequence[Any], concurrency: int) -
         list(pool.map(fn, items))
 
 
-def _result(get_s: float, put_s: float, held: dict[str, bytes]) -> dict[str, float]:
+def _result(
+    get: tuple[float, float], put: tuple[float, float], held: dict[str, bytes]
+) -> dict[str, float]:
     return {
-        "get_s": get_s,
-        "put_s": put_s,
+        "get_s": get[0],
+        "get_cpu_s": get[1],
+        "put_s": put[0],
+        "put_cpu_s": put[1],
         "objects": len(held),
         "bytes": sum(map(len, held.values())),
     }
@@ -99,9 +105,9 @@ def s3_roundtrip(spec: dict[str, Any]) -> dict[str, float]:
             max_concurrency=_PARTS_AT_ONCE,
         )
 
-    get_s = _seconds(lambda: _each(get, keys, spec["concurrency"]))
-    put_s = _seconds(lambda: _each(put, keys, spec["concurrency"]))
-    return _result(get_s, put_s, held)
+    got = _seconds(lambda: _each(get, keys, spec["concurrency"]))
+    sent = _seconds(lambda: _each(put, keys, spec["concurrency"]))
+    return _result(got, sent, held)
 
 
 class _Lfs:
@@ -167,9 +173,9 @@ def lfs_roundtrip(spec: dict[str, Any]) -> dict[str, float]:
             check = json.dumps({"oid": answer["oid"], "size": answer["size"]}).encode()
             lfs.send("POST", actions["verify"], check, LFS_MEDIA)
 
-    get_s = _seconds(lambda: _each(get, lfs.batch(spec["source"], "download", objects), n))
-    put_s = _seconds(lambda: _each(put, lfs.batch(spec["target"], "upload", objects), n))
-    return _result(get_s, put_s, held)
+    got = _seconds(lambda: _each(get, lfs.batch(spec["source"], "download", objects), n))
+    sent = _seconds(lambda: _each(put, lfs.batch(spec["target"], "upload", objects), n))
+    return _result(got, sent, held)
 
 
 def main() -> int:

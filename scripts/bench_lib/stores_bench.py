@@ -29,6 +29,10 @@ by a plain client speaking the store's own protocol at the same concurrency
 round also times a copy of the model into a new file (not synced, as a
 checkout leaves it): what writing the model's bytes alone costs on this disk,
 which every clone pays and the plain client, keeping bytes in memory, does not.
+Beside each time, the CPU it took (metered.py): the tool's processes, and the
+servers' (giftless, git http-backend, SeaweedFS), so that (tool + servers) /
+cores shows how close a step is to what this machine's cores allow. The plain
+client reports its own CPU; the servers' share of its steps is not split out.
 
 Server data, clones and sources live under the scratch folder (disk). Sizes
 are apparent sizes of every file.
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import secrets
 import shutil
@@ -50,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import history_bench
+import metered
 import models
 import store_clients
 from history_bench import (
@@ -187,17 +192,22 @@ def _copy(src: Path, dest: Path, env: dict[str, str], store: str) -> Path:
     return dest
 
 
-def _timed(cwd: Path, env: dict[str, str], *args: str) -> float:
-    """A git command's seconds, timed once the steps before it are on disk: a gigabyte
-    pushed leaves dirty pages whose writeback took ~7 CPU s of this 2-core VM's kernel
-    from the next push (the S3 store's, always the last, was billed for three)."""
+def _metered(srv: Servers, cwd: Path, *args: str) -> metered.Metered:
+    """A git command's seconds and CPU (its own, the servers'), measured once the steps
+    before it are on disk: a gigabyte pushed leaves dirty pages whose writeback took ~7 CPU
+    s of this 2-core VM's kernel from the next push (the S3 store's, always the last, was
+    billed for three)."""
     settle()
-    return history_bench._timed(cwd, env, *args)
+    return metered.run(["git", *args], cwd, srv.env, [srv.s3.pid])
 
 
-def _push(src: Path, remote: Remote, env: dict[str, str], name: str = "origin") -> float:
-    _git(src, env, "remote", "add", name, remote.url)
-    return _timed(src, env, "push", "-q", "-u", name, "main")
+def _timed(srv: Servers, cwd: Path, *args: str) -> float:
+    return _metered(srv, cwd, *args).wall_s
+
+
+def _push(srv: Servers, src: Path, remote: Remote, name: str = "origin") -> metered.Metered:
+    _git(src, srv.env, "remote", "add", name, remote.url)
+    return _metered(srv, src, "push", "-q", "-u", name, "main")
 
 
 def _rotations(tools: tuple[str, ...], rounds: int) -> Iterator[str]:
@@ -222,7 +232,7 @@ def _clones(
     for tool in _rotations(tuple(remotes), CLONES):
         shutil.rmtree(paths[tool], ignore_errors=True)
         url = remotes[tool].url
-        times[tool].append(_timed(work, srv.env, "clone", "-q", url, str(paths[tool])))
+        times[tool].append(_timed(srv, work, "clone", "-q", url, str(paths[tool])))
         _check(paths[tool], expected, f"{tool} clone")
     return paths, times
 
@@ -245,7 +255,7 @@ def bench_series(
     rows: dict[str, dict[str, Any]] = {tool: {} for tool in TOOLS}
     for tool in _turn(TOOLS, index):
         log(f"stores {label}: {tool}: pushing")
-        rows[tool]["push_s"] = _push(sources[tool], remotes[tool], env)
+        rows[tool]["push_s"] = _push(srv, sources[tool], remotes[tool]).wall_s
         rows[tool]["server"] = remotes[tool].stored(env)
         if tool != REFS and not rows[tool]["server"]["objects"]:
             raise RuntimeError(f"{tool}: no objects found in its blob store after the push")
@@ -283,12 +293,12 @@ def _one_more(
         for tool in _turn(TOOLS, r):
             _commit(sources[tool], env, ckpt, f"one more epoch ({r + 1})")
             taken[tool]["push_one_times_s"].append(
-                _timed(sources[tool], env, "push", "-q", "origin", "main")
+                _timed(srv, sources[tool], "push", "-q", "origin", "main")
             )
         expected = models.file_hash(ckpt)
         for tool in TOOLS:
             before = size_of(clones[tool] / ".git")
-            taken[tool]["pull_times_s"].append(_timed(clones[tool], env, "pull", "-q", "--ff-only"))
+            taken[tool]["pull_times_s"].append(_timed(srv, clones[tool], "pull", "-q", "--ff-only"))
             _check(clones[tool], expected, f"{tool} pull")
             taken[tool]["pull_bytes_each"].append(size_of(clones[tool] / ".git") - before)
             if r == 0:
@@ -325,7 +335,7 @@ def _raw(srv: Servers, tool: str, remote: Remote, name: str) -> dict[str, Any]:
             access_key=srv.s3.access_key,
             secret_key=srv.s3.secret_key,
         )
-    settle()  # as before git-mgit's own steps (_timed)
+    settle()  # as before git-mgit's own steps (_metered)
     proc = subprocess.run(
         [sys.executable, str(HERE / "store_clients.py")],
         input=json.dumps(spec),
@@ -353,10 +363,12 @@ def bench_transfer(srv: Servers, size_mib: int, rounds: int) -> dict[str, Any]:
     log("stores: committing it (git-mgit, git-lfs)")
     mgit = _committed(work / "mgit-src", env, "git-mgit", [model])
     lfs_src = _committed(work / "lfs-src", env, "git-lfs", [model])
-    keys = ("push_s", "clone_s")
+    keys = ("push", "clone")
     samples: dict[str, dict[str, list[float]]] = {
-        t: {k: [] for k in keys} for t in (LFS, S3, GIT_LFS, *RAW.values())
+        t: {f"{k}{m}": [] for k in keys for m in _MEASURES} for t in (LFS, S3, GIT_LFS)
     }
+    for raw in RAW.values():  # its CPU is its own process's; the servers' are not split
+        samples[raw] = {f"{k}{m}": [] for k in keys for m in _MEASURES[:2]}
     objects: dict[str, int] = {}
     writes: list[float] = []
     for i, tool in enumerate(_rotations((LFS, S3, GIT_LFS), rounds)):
@@ -366,16 +378,17 @@ def bench_transfer(srv: Servers, size_mib: int, rounds: int) -> dict[str, Any]:
         remote = new_remote(srv, tool, name)
         src = lfs_src if tool == GIT_LFS else _copy(mgit, work / name, env, remote.store or "")
         log(f"stores: {size_mib} MiB model: {tool}: push and clone")
-        samples[tool]["push_s"].append(_push(src, remote, env, f"r{i}"))
+        _record(samples[tool], "push", _push(srv, src, remote, f"r{i}"))
         clone = work / "clone"
-        samples[tool]["clone_s"].append(_timed(work, env, "clone", "-q", remote.url, str(clone)))
+        _record(samples[tool], "clone", _metered(srv, work, "clone", "-q", remote.url, str(clone)))
         _check(clone, digest, f"{tool} clone of the {size_mib} MiB model")
         shutil.rmtree(clone)
         objects[tool] = remote.objects()
         if tool in RAW:
             raw = _raw(srv, tool, remote, f"{name}-raw")
-            samples[RAW[tool]]["push_s"].append(raw["put_s"])
-            samples[RAW[tool]]["clone_s"].append(raw["get_s"])
+            for step, op in (("push", "put"), ("clone", "get")):
+                samples[RAW[tool]][f"{step}_s"].append(raw[f"{op}_s"])
+                samples[RAW[tool]][f"{step}_cpu_s"].append(raw[f"{op}_cpu_s"])
             objects[RAW[tool]] = raw["bytes"]
             shutil.rmtree(src)
         _drop(srv, remote)
@@ -388,7 +401,17 @@ def bench_transfer(srv: Servers, size_mib: int, rounds: int) -> dict[str, Any]:
         "object_bytes": objects,
         "tools": samples,
         "new_file_s": writes,
+        "cores": os.cpu_count(),
     }
+
+
+# What each step of the big model records: seconds, the tool's CPU, the servers' CPU.
+_MEASURES = ("_s", "_cpu_s", "_server_cpu_s")
+
+
+def _record(samples: dict[str, list[float]], step: str, m: metered.Metered) -> None:
+    for suffix, value in zip(_MEASURES, (m.wall_s, m.cpu_s, m.server_cpu_s), strict=True):
+        samples[step + suffix].append(value)
 
 
 def _new_file(model: Path, dest: Path) -> float:

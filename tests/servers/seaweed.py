@@ -82,6 +82,12 @@ class SeaweedServer:
         """The S3 endpoint URL."""
         return f"http://127.0.0.1:{self._ports['s3']}"
 
+    @property
+    def pid(self) -> int:
+        """The `weed server` process (the bench counts its CPU)."""
+        assert self._proc is not None, "not started"
+        return self._proc.pid
+
     def __enter__(self) -> SeaweedServer:
         weed = shutil.which("weed")
         if weed is None:

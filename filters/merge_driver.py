@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 from git_mgit import config, repoconfig
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.lineage import pending
 from git_mgit.merge import Outcome, merge_manifests
 from git_mgit.merge.strategy import Rules
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
 

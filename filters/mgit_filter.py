@@ -20,11 +20,11 @@ from functools import cached_property
 from typing import TYPE_CHECKING, BinaryIO
 
 from git_mgit import config
-from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
 from git_mgit.filters.process import ContentSink, Delayed
 from git_mgit.gitcmd import Repo
-from git_mgit.smudge import missing_chunks, parse_or_none, smudge
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.smudge import missing_chunks, parse_or_none, smudge
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
 from git_mgit.worktree.journal import Journal
@@ -67,7 +67,9 @@ class MgitFilter:
         return config.load(self.repo)
 
     def clean(self, pathname: str, src: BinaryIO) -> bytes:
-        from git_mgit.clean import clean  # the clean path's modules: not needed to check out
+        from git_mgit.modelfile.clean import (
+            clean,  # the clean path's modules: not needed to check out
+        )
 
         self._streaming.set()
         written = self._directly_written(pathname)

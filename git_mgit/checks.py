@@ -23,14 +23,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from git_mgit import manifest as mf
+from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError, NotSafetensors
 from git_mgit.gitcmd import Repo
-from git_mgit.progress import Progress
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.tracked import filters
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.dtypes import DTYPES
 from git_mgit.tensors.safetensors_format import header_length, parse_header
-from git_mgit.tracked import filters
 
 CHECKS = ("tracked", "header", "finite", "objects")
 SUFFIX = ".safetensors"

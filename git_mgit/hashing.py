@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import blake3
 
-from git_mgit import cores
+from git_mgit.resources import cores
 
 PREFIX = "b3:"
 DIGEST_SIZE = 32

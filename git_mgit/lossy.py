@@ -32,21 +32,21 @@ from pathlib import Path
 from typing import BinaryIO
 
 from git_mgit import codecs, hashing
-from git_mgit import manifest as mf
-from git_mgit.clean import clean
 from git_mgit.codecs import qdelta
 from git_mgit.config import Settings
+from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError, NotSafetensors, ObjectCorrupt, ObjectMissing
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import lcs
 from git_mgit.lineage.graph import PROVENANCE
 from git_mgit.lineage.resolve import UnknownModel, Version
-from git_mgit.progress import Progress
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.clean import clean
+from git_mgit.modelfile.tracked import mgit_filtered
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
 from git_mgit.tensors.safetensors_format import Header, TensorInfo, header_length, parse_header
-from git_mgit.tracked import mgit_filtered
 from git_mgit.transfer.fetch import ensure_local
 
 LCS_LIMIT = 4_000_000  # cells of the pairing table; beyond it, tensors pair by name only

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from git_mgit import config
-from git_mgit import manifest as mf
-from git_mgit.clean import clean
+from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
-from git_mgit.progress import Progress
-from git_mgit.smudge import smudge
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.clean import clean
+from git_mgit.modelfile.smudge import smudge
 from git_mgit.store.chunkstore import ChunkStore
 
 LFS_SPEC = b"version https://git-lfs.github.com/spec/v1"

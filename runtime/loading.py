@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 import torch
 
 from git_mgit import codecs
-from git_mgit import manifest as mf
+from git_mgit.console.progress import Progress, format_size
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import Tensor, tensors
-from git_mgit.progress import Progress, format_size
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors import dtypes
 from git_mgit.transfer.fetch import ensure_local

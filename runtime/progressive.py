@@ -37,10 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from git_mgit.console.progress import format_size
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.lineage.api import Lineage
-from git_mgit.progress import format_size
 from git_mgit.tensors.multires import Model, load
 
 Box = tuple[Tensor, Tensor]  # (low, high), float64

@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.contents import fetch_missing
-from git_mgit.progress import Progress
 from git_mgit.repoconfig import TestDecl, parse_condition
 from git_mgit.runtime import callables
 from git_mgit.runtime.execution import Executor, open_pool

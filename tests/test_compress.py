@@ -22,10 +22,10 @@ import torch
 from safetensors.torch import load, load_file, save_file
 
 from git_mgit import codecs, hashing
-from git_mgit import manifest as mf
 from git_mgit.codecs.objectformat import Codec
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import Lineage, commit_model, contents, notes, records
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors import numerics
 from tests.gitsandbox import clone, run_git

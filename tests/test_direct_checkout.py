@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from git_mgit import manifest as mf
+from git_mgit.modelfile import manifest as mf
 from tests.gitsandbox import Remote, clone, one_batch, run_git, transfers
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import LookupCache
 from tests.gitsandbox import Remote, clone, run_git

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from git_mgit import manifest as mf
 from git_mgit.errors import ManifestError
+from git_mgit.modelfile import manifest as mf
 
 H = [bytes([i]) * 32 for i in range(8)]
 

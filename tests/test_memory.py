@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from git_mgit import config, malloc
-from git_mgit.clean import ManifestBuilder, clean
+from git_mgit import config
 from git_mgit.gitcmd import find_repo
+from git_mgit.modelfile.clean import ManifestBuilder, clean
+from git_mgit.resources import malloc
 from git_mgit.store.chunkstore import ChunkStore
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from git_mgit import manifest as mf
 from git_mgit.merge import threeway
 from git_mgit.merge.strategy import Rules, Strategy
 from git_mgit.merge.views import ModelView, TensorState
+from git_mgit.modelfile import manifest as mf
 
 NAMES = ["embed", "layer.0.w", "layer.1.w", "head.w", "head.b"]
 VARIANTS = 3  # distinct contents a tensor may have

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from git_mgit import config
-from git_mgit import manifest as mf
-from git_mgit.clean import clean
 from git_mgit.gitcmd import find_repo
 from git_mgit.merge import merge_manifests, views
 from git_mgit.merge.strategy import Rules, Strategy
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.clean import clean
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.numerics import from_float64, to_float64
 from tests.gitsandbox import run_git

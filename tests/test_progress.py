@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from git_mgit import progress
-from git_mgit.progress import Progress, format_size
+from git_mgit.console import progress
+from git_mgit.console.progress import Progress, format_size
 
 
 class Tty(io.StringIO):

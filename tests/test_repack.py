@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from git_mgit import manifest as mf
 from git_mgit.codecs import codec
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import find_repo
+from git_mgit.modelfile import manifest as mf
 from git_mgit.planning.graph import Scheme
 from git_mgit.repack import rewrite
 from git_mgit.repack.costs import Budgets

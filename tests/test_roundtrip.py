@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from git_mgit import manifest as mf
-from git_mgit.clean import clean
 from git_mgit.config import Settings
 from git_mgit.gitcmd import find_repo
-from git_mgit.smudge import parse_or_none, smudge
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.clean import clean
+from git_mgit.modelfile.smudge import parse_or_none, smudge
 from git_mgit.store.chunkstore import ChunkStore
 from tests.gitsandbox import init_repo
 from tests.strategies import build_safetensors, non_safetensors_bytes, safetensors_files

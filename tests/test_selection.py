@@ -305,7 +305,7 @@ def test_configurations_from_one_start_store_only_what_they_change(
     content-addressed chunks, stored once; the trained layer is new in each."""
     from safetensors.torch import save_file
 
-    from git_mgit import manifest as mf
+    from git_mgit.modelfile import manifest as mf
 
     repo = working_copy(workload, tmp_path)
     sys.path.insert(0, str(repo))

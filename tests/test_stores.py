@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo, remote_file_name
+from git_mgit.modelfile import manifest as mf
 from git_mgit.transfer.stores.choice import choose
 from tests.gitsandbox import clone, init_bare_remote, run_git
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of

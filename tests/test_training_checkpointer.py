@@ -18,7 +18,7 @@ from safetensors.torch import save as st_save
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from git_mgit import cores
+from git_mgit.resources import cores
 from git_mgit.runtime.loading import TORCH_DTYPES
 from git_mgit.runtime.training import Checkpointer, fit, layout, staging
 from git_mgit.runtime.training.committing import Taken

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.lookup import LookupCache
 from git_mgit.transfer import guess
 from tests.gitsandbox import (

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import Lineage
+from git_mgit.modelfile import manifest as mf
 from git_mgit.runtime.training import load_checkpoint
 from git_mgit.runtime.tuning import searcher, tunables
 from git_mgit.runtime.tuning.summarize import (

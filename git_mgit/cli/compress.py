@@ -19,8 +19,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from git_mgit.console.progress import format_size
 from git_mgit.errors import MgitError
-from git_mgit.progress import format_size
 
 if TYPE_CHECKING:
     from git_mgit.runtime.compressing import Outcome

@@ -15,11 +15,11 @@ import dataclasses
 import json
 import math
 
+from git_mgit.console.progress import Progress
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import ModelDiff, TensorChange, diff_manifests
 from git_mgit.lineage.resolve import Version
-from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
 
 

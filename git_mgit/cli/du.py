@@ -11,9 +11,9 @@ import argparse
 import json
 
 from git_mgit import config
+from git_mgit.console.progress import format_size
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.lineage.history import HISTORY_REVS
-from git_mgit.progress import format_size
 from git_mgit.repack.costs import Budgets
 from git_mgit.repack.estimate import estimate
 from git_mgit.repoconfig import load as load_config

@@ -14,13 +14,13 @@ import argparse
 import sys
 
 from git_mgit import codecs, hashing
-from git_mgit import manifest as mf
+from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError, ObjectCorrupt, ObjectMissing
 from git_mgit.gitcmd import Repo, find_repo
-from git_mgit.progress import Progress
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.tracked import reachable_manifests
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import VERSION_PREFIX, anchor_tips, filed_by
-from git_mgit.tracked import reachable_manifests
 from git_mgit.transfer import availability, history, prefetch
 from git_mgit.transfer.remotes import default_remote
 from git_mgit.transfer.stores import pointers

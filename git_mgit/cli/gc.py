@@ -13,12 +13,12 @@ import argparse
 from pathlib import Path
 
 from git_mgit import config
+from git_mgit.console.progress import format_size
 from git_mgit.gitcmd import Repo, approxidate, find_repo
-from git_mgit.progress import format_size
+from git_mgit.modelfile.tracked import needed_hashes
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX, VERSION_PREFIX, anchor_objects, anchor_tips
-from git_mgit.tracked import needed_hashes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

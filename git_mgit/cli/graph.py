@@ -11,12 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.graph import Graph
 from git_mgit.lineage.views import FORMATS
-from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
 
 

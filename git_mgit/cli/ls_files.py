@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 
+from git_mgit.console.progress import format_size
 from git_mgit.gitcmd import find_repo
-from git_mgit.progress import format_size
+from git_mgit.modelfile.tracked import tracked_files
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.tracked import tracked_files
 from git_mgit.transfer import availability
 
 

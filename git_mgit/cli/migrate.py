@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 
 from git_mgit import migrate
+from git_mgit.console.progress import format_size
 from git_mgit.gitcmd import find_repo
-from git_mgit.progress import format_size
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

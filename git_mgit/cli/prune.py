@@ -11,8 +11,8 @@ import argparse
 import sys
 
 from git_mgit import config
+from git_mgit.console.progress import format_size
 from git_mgit.gitcmd import find_repo
-from git_mgit.progress import format_size
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer.prune import prune
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 
 from git_mgit import config
+from git_mgit.console.progress import format_size
 from git_mgit.gitcmd import find_repo
 from git_mgit.planning import bounds
 from git_mgit.planning.graph import Scheme
-from git_mgit.progress import format_size
 from git_mgit.repack import rewrite
 from git_mgit.repack.costs import Budgets
 from git_mgit.repack.estimate import Estimate, estimate

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from git_mgit.columns import aligned
+from git_mgit.console.columns import aligned
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 
@@ -88,8 +88,8 @@ def epochs(text: str | None) -> tuple[int | None, int | None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from git_mgit.console.progress import Progress
     from git_mgit.gitcmd import find_repo
-    from git_mgit.progress import Progress
     from git_mgit.runtime.training import replay
 
     command = _command(args)

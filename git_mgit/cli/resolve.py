@@ -16,11 +16,11 @@ import argparse
 import os
 from pathlib import Path
 
-from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.merge import strategy
 from git_mgit.merge.strategy import Rules
+from git_mgit.modelfile import manifest as mf
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from git_mgit.filters.mgit_filter import MgitFilter
     from git_mgit.filters.process import run_clean_once, run_smudge_once
-    from git_mgit.malloc import reuse_freed_chunks
+    from git_mgit.resources.malloc import reuse_freed_chunks
 
     once = run_clean_once if args.command == "clean" else run_smudge_once
     reuse_freed_chunks()

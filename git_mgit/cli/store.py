@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from git_mgit.console.progress import format_size
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, find_repo
-from git_mgit.progress import format_size
 from git_mgit.store.lookup import RECORD_REF
 from git_mgit.transfer.remotes import RemoteUnreachable, default_remote, list_versions, remotes
 from git_mgit.transfer.stores.choice import (

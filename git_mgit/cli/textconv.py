@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from git_mgit import config, hashing
-from git_mgit import manifest as mf
-from git_mgit.clean import clean
+from git_mgit.console.progress import format_size
 from git_mgit.errors import NotSafetensors
 from git_mgit.gitcmd import find_repo
-from git_mgit.progress import format_size
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.clean import clean
 from git_mgit.tensors.safetensors_format import header_length, parse_header
 from git_mgit.tensors.stats import collect, file_pieces
 

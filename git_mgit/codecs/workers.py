@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from git_mgit import cores
+from git_mgit.resources import cores
 
 T = TypeVar("T")
 U = TypeVar("U")

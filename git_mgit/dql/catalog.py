@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_mgit import manifest as mf
 from git_mgit.dql.errors import Pos, QueryError
 from git_mgit.errors import MgitError
 from git_mgit.lineage import contents, history
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.graph import Node
+from git_mgit.modelfile import manifest as mf
 from git_mgit.repoconfig import ModelDecl
 from git_mgit.store.reader import ObjectReader
 

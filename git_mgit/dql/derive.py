@@ -21,8 +21,8 @@ from git_mgit.dql import syntax as s
 from git_mgit.dql.catalog import Catalog
 from git_mgit.dql.errors import Pos, QueryError
 from git_mgit.lineage.diff import natural_key
+from git_mgit.modelfile.tracked import filters
 from git_mgit.tensors import dtypes
-from git_mgit.tracked import filters
 
 _GROUP = re.compile(r"\$(\d+)")
 

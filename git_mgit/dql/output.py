@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from git_mgit.columns import aligned
+from git_mgit.console.columns import aligned
 from git_mgit.dql.values import ID, SHAPE, TIME
 
 

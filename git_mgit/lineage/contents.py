@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.tracked import tracked_files
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.reader import ObjectReader
-from git_mgit.tracked import tracked_files
 
 if TYPE_CHECKING:
     from git_mgit.lineage.api import Lineage

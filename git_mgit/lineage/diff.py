@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from git_mgit import codecs
-from git_mgit import manifest as mf
+from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError
-from git_mgit.progress import Progress
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.numerics import WINDOW, element_width, to_float64
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from git_mgit.gitcmd import Repo
-from git_mgit.tracked import mgit_filtered
+from git_mgit.modelfile.tracked import mgit_filtered
 
 INDEX_FILE = "model.safetensors.index.json"
 _ZERO = "0" * 40

@@ -56,13 +56,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.diff import Tensor, match, tensors
 from git_mgit.lineage.graph import EDGE_KINDS, Graph
-from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.dtypes import DTYPES
 from git_mgit.tensors.numerics import element_width, to_float64

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage.graph import Graph
+from git_mgit.modelfile import manifest as mf
 from git_mgit.repoconfig import RepoConfig
 
 _HEX = re.compile(r"[0-9a-f]{4,40}")

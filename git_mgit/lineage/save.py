@@ -32,13 +32,13 @@ import numpy as np
 from dulwich.index import Index, IndexEntry
 
 from git_mgit import config
-from git_mgit import manifest as mf
-from git_mgit.clean import clean
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage import contents, records
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.resolve import Version
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.clean import clean
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors import dtypes
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from git_mgit import manifest as mf
 from git_mgit.config import Settings
 from git_mgit.merge import result, threeway, views
 from git_mgit.merge.strategy import Rules, Strategy
 from git_mgit.merge.threeway import Conflict
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 
 WHOLE_FILE = "<whole file>"

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import struct
 
-from git_mgit import manifest as mf
-from git_mgit.clean import ManifestBuilder, Reader
 from git_mgit.config import Settings
+from git_mgit.console.progress import Progress
 from git_mgit.errors import ObjectCorrupt
 from git_mgit.merge.threeway import Pick, Plan
 from git_mgit.merge.views import Computed, ModelView, TensorBytes
-from git_mgit.progress import Progress
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.clean import ManifestBuilder, Reader
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.safetensors_format import TensorInfo, parse_header
 

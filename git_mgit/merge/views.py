@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from git_mgit import manifest as mf
 from git_mgit.errors import NotSafetensors, ObjectCorrupt
 from git_mgit.merge.strategy import Strategy
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.numerics import WINDOW, element_width, from_float64, to_float64
 from git_mgit.tensors.safetensors_format import parse_header

@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 
 from git_mgit.codecs import codec
 from git_mgit.codecs.objectformat import Codec
+from git_mgit.console.progress import Progress
 from git_mgit.planning.graph import ROOT, Edge, Group, Plan, StorageGraph
-from git_mgit.progress import Progress
 from git_mgit.repack.survey import Survey
 from git_mgit.store.chunkstore import ChunkStore
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from git_mgit import codecs
 from git_mgit.codecs import codec
 from git_mgit.codecs.objectformat import parse_header
+from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError, ObjectCorrupt
 from git_mgit.gitcmd import GitError, Repo
 from git_mgit.planning.graph import ROOT, Plan
-from git_mgit.progress import Progress
 from git_mgit.repack.costs import Costed
 from git_mgit.repack.survey import Survey
 from git_mgit.store import anchors

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage import contents
 from git_mgit.lineage.graph import Graph
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 
 # (relative file, tensor name or segment kind, chunk index, dtype, length)

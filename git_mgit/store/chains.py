@@ -7,7 +7,7 @@ in the form it is stored in where the chain fits (transfer/layout.py), so its
 *fetch cost*, what checking it out fetches into an empty clone, is its own
 objects plus its base's fetch cost, and its *levels* the versions below it.
 `git add` keeps every chain within mgit.fetchBudget times the version's size
-and mgit.maxChainDepth versions as it stores it (clean.py): a version whose
+and mgit.maxChainDepth versions as it stores it (modelfile/clean.py): a version whose
 chain would not fit is stored whole, so the push has nothing to encode.
 
 A whole version's cost is read off the objects here. A delta version's is
@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
 

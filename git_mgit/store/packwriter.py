@@ -178,8 +178,8 @@ def built(objects: Iterable[tuple[T, str, Part]]) -> Iterator[tuple[T, Entry]]:
     objects ahead of the caller; `objects` is read on the caller's thread. A failure of
     `objects` is raised after the entries of everything it gave before (a download cut
     off keeps what it verified)."""
-    from git_mgit import cores
     from git_mgit.codecs.workers import ordered  # the codecs' pool, not imported sooner
+    from git_mgit.resources import cores
 
     failure: list[Exception] = []
 

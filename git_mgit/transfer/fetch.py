@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from git_mgit import manifest as mf
 from git_mgit.errors import MgitError, ObjectMissing
 from git_mgit.gitcmd import GitError, Repo, anonymized, env_for
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.tracked import sniff_manifests
 from git_mgit.store.reader import ObjectReader
-from git_mgit.tracked import sniff_manifests
 
 ZERO = "0" * 40
 

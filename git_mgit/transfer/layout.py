@@ -26,9 +26,9 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from git_mgit import manifest as mf
 from git_mgit.codecs import codec
-from git_mgit.progress import Progress
+from git_mgit.console.progress import Progress
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chains import Key, hashes, keyed, own_objects
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.decoded import DecodedChunks, Readable

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from git_mgit.gitcmd import Repo, approxidate
+from git_mgit.modelfile.tracked import tracked_files, with_bases
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_tips, filed_by
-from git_mgit.tracked import tracked_files, with_bases
 from git_mgit.transfer import availability, history
 
 

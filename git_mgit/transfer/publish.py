@@ -30,10 +30,10 @@ from functools import partial
 from typing import Protocol
 
 from git_mgit import codecs
-from git_mgit import manifest as mf
 from git_mgit.codecs.codec import Encoded
 from git_mgit.codecs.objectformat import Codec
-from git_mgit.progress import Progress
+from git_mgit.console.progress import Progress
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store import anchors
 from git_mgit.store.chains import Key, hashes
 from git_mgit.store.chunkstore import ChunkStore

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from git_mgit import config, hashing
+from git_mgit.console.progress import format_size
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
-from git_mgit.progress import format_size
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer import history, layout, notes, publish
 from git_mgit.transfer.publish import Written

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from git_mgit import hashing
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo
+from git_mgit.modelfile import manifest as mf
 
 _PATHSPECS = 1000
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
+from git_mgit.modelfile.tracked import TrackedFile, tracked_files
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.tracked import TrackedFile, tracked_files
 
 from .journal import Journal, Record
 from .session import record_written, write_recorded

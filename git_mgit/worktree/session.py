@@ -23,9 +23,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 
 from .gitindex import IndexBusy, record_stats

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from git_mgit import codecs
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo
+from git_mgit.modelfile import manifest as mf
 
 from .write import presize, write_at
 

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
-from git_mgit.smudge import fill, smudge
+from git_mgit.modelfile import manifest as mf
+from git_mgit.modelfile.smudge import fill, smudge
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer.trace import tracer
 

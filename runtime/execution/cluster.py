@@ -141,7 +141,7 @@ class Stats:
     requeued: int = 0  # jobs sent again because what they needed died with a node
 
     def summary(self) -> str:
-        from git_mgit.progress import format_size
+        from git_mgit.console.progress import format_size
 
         again = f"; {self.requeued} sent again after a node died" if self.requeued else ""
         return (

@@ -35,9 +35,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, find_repo, git
+from git_mgit.modelfile import manifest as mf
 from git_mgit.runtime.execution.local import Pool
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from git_mgit import hashing
-from git_mgit import manifest as mf
+from git_mgit.console.progress import format_size
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import GitError, Repo
 from git_mgit.lineage import contents
 from git_mgit.lineage.api import Lineage
-from git_mgit.progress import format_size
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer.fetch import version_id
 from git_mgit.transfer.remotes import RemoteUnreachable, default_remote, list_versions

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from git_mgit.columns import aligned, cell
+from git_mgit.console.columns import aligned, cell
 from git_mgit.runtime.selection.driver import Config, Outcome
 from git_mgit.runtime.training import layout
 

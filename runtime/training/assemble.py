@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo
 from git_mgit.lineage.save import serialize_header
+from git_mgit.modelfile import manifest as mf
 from git_mgit.runtime.training import layout
 from git_mgit.runtime.training.holdings import SAFETENSORS_DTYPES
 from git_mgit.runtime.training.layout import Info

@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
-from git_mgit import cores
 from git_mgit.config import DEFAULT_CHUNK_SIZE
+from git_mgit.resources import cores
 from git_mgit.runtime.training import distributed, holdings, rng, threads
 from git_mgit.runtime.training import plan as planning
 from git_mgit.runtime.training.adaptive import EPS, RESTORE_RATIO, AdaptivePeriod

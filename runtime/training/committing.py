@@ -30,8 +30,9 @@ from typing import Any
 
 import torch
 
-from git_mgit import config, cores, hashing
+from git_mgit import config, hashing
 from git_mgit.gitcmd import Repo
+from git_mgit.resources import cores
 from git_mgit.runtime.training import distributed, layout, threads
 from git_mgit.runtime.training.assemble import RngStates, assemble, write_blobs
 from git_mgit.runtime.training.distributed import Group, World

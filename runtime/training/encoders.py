@@ -41,10 +41,10 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from git_mgit import cores
 from git_mgit.config import Settings
 from git_mgit.gitcmd import Repo
-from git_mgit.malloc import reuse_freed_chunks
+from git_mgit.resources import cores
+from git_mgit.resources.malloc import reuse_freed_chunks
 from git_mgit.runtime.training.encoding import Encoder, Previous, Result, Task
 from git_mgit.runtime.training.sharedmem import Mapped, Where
 

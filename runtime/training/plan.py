@@ -38,7 +38,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from git_mgit.clean import CHUNK_HINT
+from git_mgit.modelfile.clean import CHUNK_HINT
 from git_mgit.runtime.training import layout
 from git_mgit.tensors.dtypes import DTYPES
 

@@ -19,10 +19,10 @@ from typing import Any
 import torch
 
 from git_mgit import codecs
-from git_mgit import manifest as mf
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.merge import views
+from git_mgit.modelfile import manifest as mf
 from git_mgit.runtime.loading import TORCH_DTYPES
 from git_mgit.runtime.training import layout, runs
 from git_mgit.runtime.training.layout import CheckpointError, Info

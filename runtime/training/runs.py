@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from git_mgit import manifest as mf
 from git_mgit.errors import ObjectMissing
 from git_mgit.gitcmd import Repo
 from git_mgit.merge import views
+from git_mgit.modelfile import manifest as mf
 from git_mgit.runtime.training import layout
 from git_mgit.runtime.training.layout import CheckpointError, Info
 from git_mgit.store.chunkstore import ChunkStore

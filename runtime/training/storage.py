@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.resolve import Version
@@ -29,6 +28,7 @@ from git_mgit.lineage.save import (
     version_manifests,
 )
 from git_mgit.lineage.save import _commit as save_commit
+from git_mgit.modelfile import manifest as mf
 from git_mgit.runtime.training import layout, runs
 from git_mgit.runtime.training.layout import Snapshot
 from git_mgit.runtime.training.plan import MODEL

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from git_mgit.columns import aligned
+from git_mgit.console.columns import aligned
 from git_mgit.runtime.training import layout
 from git_mgit.runtime.tuning.searcher import describe
 from git_mgit.runtime.tuning.tuner import Outcome, Trial

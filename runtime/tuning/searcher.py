@@ -12,7 +12,7 @@ import itertools
 import random
 from typing import Any
 
-from git_mgit.columns import cell
+from git_mgit.console.columns import cell
 from git_mgit.runtime import searchspace
 from git_mgit.runtime.tuning.tunables import Plan
 

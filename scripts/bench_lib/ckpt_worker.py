@@ -270,8 +270,9 @@ def run_mode(spec: dict, mode: str, rank: int, world: int, device: torch.device)
 
 def throughput(spec: dict, rank: int) -> list[dict[str, Any]]:
     """GB/s of git-mgit's object writer on 1 and 2 cores: a trained state, fresh repositories."""
-    from git_mgit import config, cores
+    from git_mgit import config
     from git_mgit.gitcmd import find_repo
+    from git_mgit.resources import cores
     from git_mgit.runtime.training.objects import Job, ObjectWriter
 
     torch.manual_seed(0)

@@ -29,7 +29,7 @@ import history_models
 import models
 from phases import log
 
-from git_mgit import manifest as mf
+from git_mgit.modelfile import manifest as mf
 
 TOOLS = ("git-mgit", "git-lfs")
 CLONES = 5

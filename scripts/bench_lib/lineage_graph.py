@@ -20,11 +20,11 @@ from pathlib import Path
 
 from phases import log
 
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import find_repo
 from git_mgit.lineage import notes, records, traversal
 from git_mgit.lineage.api import Lineage
 from git_mgit.lineage.views import FORMATS
+from git_mgit.modelfile import manifest as mf
 
 MODELS, VERSIONS, PER_COMMIT = 100, 100, 10
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from phases import log
 from tools import run_alone
 
-from git_mgit.columns import aligned
+from git_mgit.console.columns import aligned
 
 CHILDREN, GRANDCHILDREN = 8, 3  # 8 + 24 = 32 derived models
 SLOTS = 2  # jobs at once on either backend (this machine's cores)

@@ -36,7 +36,7 @@ from pathlib import Path
 from phases import log
 from tools import MGIT, BenchRepo, run_alone
 
-from git_mgit.columns import aligned
+from git_mgit.console.columns import aligned
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "tuning.md"
 RUNS = {

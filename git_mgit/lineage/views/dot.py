@@ -6,8 +6,8 @@ edges dashed, as in MGit's figures.
 
 from __future__ import annotations
 
+from git_mgit.console.progress import format_size
 from git_mgit.lineage.graph import PROVENANCE, Graph
-from git_mgit.progress import format_size
 
 
 def quote(text: str) -> str:

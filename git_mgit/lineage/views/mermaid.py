@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from git_mgit.console.progress import format_size
 from git_mgit.lineage.graph import PROVENANCE, Graph
-from git_mgit.progress import format_size
 
 
 def _text(text: str) -> str:

@@ -8,8 +8,8 @@ afterwards, so the output stays linear in the size of the graph.
 
 from __future__ import annotations
 
+from git_mgit.console.progress import format_size
 from git_mgit.lineage.graph import PROVENANCE, Edge, Graph
-from git_mgit.progress import format_size
 
 
 def _line(g: Graph, oid: str, sizes: dict[str, int]) -> str:

@@ -124,8 +124,8 @@ class ObjectBytes:
         """Each object with its pointer, in order, as they are hashed on git-mgit's cores
         (hashlib lets go of the GIL), a few objects ahead of the caller; `oids` is read
         only as that room frees (it may wait for objects still being written)."""
-        from git_mgit import cores
         from git_mgit.codecs.workers import ordered  # the codecs' pool, not imported sooner
+        from git_mgit.resources import cores
 
         jobs = (functools.partial(self._paired, oid) for oid in oids)
         return ordered(jobs, cores.available())

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from git_mgit.console.progress import Progress
 from git_mgit.gitcmd import Repo
-from git_mgit.progress import Progress
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import RECORD_REF

@@ -24,8 +24,8 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
+from git_mgit.console.progress import Progress
 from git_mgit.gitcmd import Repo
-from git_mgit.progress import Progress
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import Part
 from git_mgit.transfer.stores.base import Sent

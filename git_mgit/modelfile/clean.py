@@ -22,11 +22,12 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import BinaryIO, Protocol
 
-from git_mgit import codecs, hashing, malloc
-from git_mgit import manifest as mf
+from git_mgit import codecs, hashing
 from git_mgit.config import Settings
+from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError, NotSafetensors
-from git_mgit.progress import Progress
+from git_mgit.modelfile import manifest as mf
+from git_mgit.resources import malloc
 from git_mgit.store.chains import Chain, Chains
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.dtypes import DTYPES

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from git_mgit import codecs, hashing
-from git_mgit import manifest as mf
+from git_mgit.console.progress import Progress
 from git_mgit.errors import ManifestError, ObjectCorrupt, ObjectMissing
-from git_mgit.progress import Progress
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 
 if TYPE_CHECKING:

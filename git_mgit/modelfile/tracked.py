@@ -9,8 +9,8 @@ import subprocess
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from git_mgit import manifest as mf
 from git_mgit.gitcmd import Repo
+from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX
 from git_mgit.store.reader import ObjectReader

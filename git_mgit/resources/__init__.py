@@ -1,0 +1,2 @@
+"""How much of the machine git-mgit's own work takes: the cores its threads may use
+(cores), and chunk-sized memory paid for once per process (malloc)."""

@@ -282,8 +282,10 @@ def test_fsdp_on_4_ranks_each_rank_holds_its_share_not_the_state(
         assert r["encoders"] > 0, r  # measured: the encoders encoded something
         assert r["ours"] + r["encoders"] <= r["share"] + 64 * mib, r
     # Gathering puts the whole state (4 shares) in rank 0's memory; its measured rise can be
-    # below that where it reuses heap our checkpoint freed, but not below 3 shares.
-    assert ranks[0]["gather"] > 3 * share
+    # below that where it reuses heap our checkpoint freed (2.98 shares in one CI run), but
+    # stays well above what our checkpoint adds on rank 0 (a share and its buffers).
+    assert ranks[0]["gather"] > 2.5 * share
+    assert ranks[0]["gather"] > ranks[0]["ours"] + ranks[0]["encoders"]
     assert ranks[0]["ours"] < 4 * share  # rank 0 never holds the whole state
     lin = Lineage(find_repo(repo))
     folder = "runs/rss:checkpoints/rss/model"

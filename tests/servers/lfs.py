@@ -41,6 +41,7 @@ _REALM = "git-mgit test server"
 _TOKEN_LIFETIME_S = 24 * 3600
 _ACTION_LIFETIME_S = 900
 _BLOCK = 1 << 20
+_SNAPSHOT_WAIT_S = 30
 # giftless keeps its transfer adapters and authenticators in module globals, set up by
 # the first app: every server in this process signs with one key, one server at a time.
 _KEY = secrets.token_hex(32)
@@ -61,23 +62,33 @@ class RequestLog:
     """Every request, in the order their answers began (git's: when their CGI exits)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # git's requests are noted once their CGI exits, which can be after the client
+        # has its whole answer: count those in flight so a snapshot waits for them.
+        self._done = threading.Condition()
+        self._in_flight = 0
         self._hits: list[Hit] = []
 
     def add(self, hit: Hit) -> None:
-        with self._lock:
+        with self._done:
             self._hits.append(hit)
 
     def started(self) -> None:
-        """gitsandbox's CGI handler announces each git request (nothing to note)."""
+        """gitsandbox's CGI handler announces each git request."""
+        with self._done:
+            self._in_flight += 1
 
     def finished(self, record: RequestRecord | None) -> None:
         """gitsandbox's CGI handler reports each git request here, once answered."""
-        if record is not None:
-            self.add(Hit(record.method, record.path, record.status, lfs=False))
+        with self._done:
+            if record is not None:
+                self._hits.append(Hit(record.method, record.path, record.status, lfs=False))
+            self._in_flight -= 1
+            self._done.notify_all()
 
     def snapshot(self) -> list[Hit]:
-        with self._lock:
+        """The requests so far, once no git request is still being answered (or 30 s)."""
+        with self._done:
+            self._done.wait_for(lambda: self._in_flight == 0, timeout=_SNAPSHOT_WAIT_S)
             return list(self._hits)
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from git_mgit.gitcmd import find_repo
 from git_mgit.transfer.stores.gitpush import Gate
-from tests.gitsandbox import Remote, commit_files, run_git
+from tests.gitsandbox import Remote, commit_files, init_bare_remote, run_git
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="a gate needs POSIX pipes")
 
@@ -126,3 +127,80 @@ def test_no_gate_where_git_could_not_run_its_hook(
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # a folder mounted noexec
     assert Gate.begin(repo, "origin", [f"+{commit}:refs/mgit/v/x"]) is None
     assert _remote_refs(bare_remote) == ""
+
+
+def test_an_opened_gate_sends_to_every_push_url_of_a_mirror(
+    workrepo: Path, bare_remote: Remote, tmp_path: Path
+) -> None:
+    """git runs the gate's hook once for each push URL: opening lets each of them send."""
+    from git_mgit.transfer.stores.gitpush import push_refs
+
+    commit = _ready(workrepo, bare_remote)
+    mirror = init_bare_remote(tmp_path / "mirror.git")
+    for url in (bare_remote.url, mirror.url):
+        run_git("remote", "set-url", "--add", "--push", "origin", url, cwd=workrepo)
+    repo = find_repo(workrepo)
+    name = "refs/mgit/v/mirrored"
+    gate = Gate.begin(repo, "origin", [f"+{commit}:{name}"])
+    assert gate is not None
+    assert push_refs(repo, "origin", [name], first=gate.open)
+    for there in (bare_remote, mirror):
+        assert _remote_refs(there) == f"{commit} commit\t{name}\n"
+
+
+def test_a_retry_counts_a_name_done_only_where_every_push_url_has_it(
+    workrepo: Path, bare_remote: Remote, tmp_path: Path
+) -> None:
+    """The first attempt reached the fetch URL but not the mirror: the retry lists each
+    push URL, and pushes the name again."""
+    from git_mgit.errors import MgitError
+    from git_mgit.transfer.stores.gitpush import push_refs
+
+    commit = _ready(workrepo, bare_remote)
+    mirror = init_bare_remote(tmp_path / "mirror.git")
+    for url in (bare_remote.url, mirror.url):
+        run_git("remote", "set-url", "--add", "--push", "origin", url, cwd=workrepo)
+    name = "refs/mgit/v/half"
+    run_git("update-ref", name, commit, cwd=workrepo)
+
+    def half() -> None:
+        run_git("push", "-q", bare_remote.url, f"{commit}:{name}", cwd=workrepo)
+        raise MgitError("the mirror refused")
+
+    assert push_refs(find_repo(workrepo), "origin", [name], first=half)
+    assert _remote_refs(mirror) == f"{commit} commit\t{name}\n"
+
+
+def test_a_shut_gate_stops_a_push_waiting_at_a_credentials_prompt(
+    lfs_server, workrepo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The uploads failed while git still asks for the remote's password (an askpass dialog
+    nobody answers): shut() ends git there, and nothing reaches the remote."""
+    commit = commit_files(workrepo, {"a.txt": "a\n"}, "a")
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=workrepo)
+    run_git("config", "--global", "--unset", "credential.helper", cwd=workrepo)
+    asked = tmp_path / "asked"
+    askpass = tmp_path / "askpass"
+    askpass.write_text(
+        f"#!/bin/sh\necho $$ > {asked}.tmp && mv {asked}.tmp {asked}\nexec sleep 600\n"
+    )
+    askpass.chmod(0o755)
+    monkeypatch.setenv("GIT_ASKPASS", str(askpass))
+    gate = Gate.begin(find_repo(workrepo), "origin", [f"+{commit}:refs/mgit/v/prompted"])
+    assert gate is not None
+    for _ in range(1500):
+        if asked.exists():
+            break
+        time.sleep(0.02)
+    else:
+        pytest.fail("git never asked for the password")
+    try:
+        shutting = threading.Thread(target=gate.shut, daemon=True)
+        shutting.start()
+        shutting.join(60)
+        assert not shutting.is_alive(), "shut() waited for the prompt"
+    finally:
+        os.kill(int(asked.read_text()), signal.SIGKILL)
+    assert not run_git(
+        "for-each-ref", "refs/mgit/", cwd=lfs_server.git_root / "org/repo.git"
+    ).stdout

@@ -735,6 +735,36 @@ def test_the_pointer_refs_push_lists_while_objects_upload_and_sends_after(
     assert (fresh / MODEL).read_bytes() == versions[-1]
 
 
+def test_a_push_whose_refs_cannot_be_set_here_stops_its_gated_push(
+    lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The objects are in the store but the version refs cannot be written here (a locked
+    ref): the refs' push, begun and waiting at its gate, ends with the error; the remote gets
+    no version ref."""
+    from git_mgit.gitcmd import GitError, Repo
+    from git_mgit.transfer.push import push_versions
+
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, series(2, size=4000))
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    url = lfs_server.repo_url()
+    run_git("remote", "add", "origin", url, cwd=root)
+    git = Repo.git
+
+    def refused(self: Repo, *args: str, **kwargs) -> str:
+        if args[:2] == ("update-ref", "--stdin") and b"refs/mgit/v/" in kwargs["input"]:
+            raise GitError("git update-ref failed: cannot lock ref", "")
+        return git(self, *args, **kwargs)
+
+    monkeypatch.setattr(Repo, "git", refused)
+    with pytest.raises(GitError, match="cannot lock ref"):
+        push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
+    assert lfs_server.uploads()  # the gate was begun: the objects had gone up
+    hooks = f"core.hooksPath={root / '.git' / 'mgit' / 'gate-hooks'}"
+    assert not subprocess.run(["pgrep", "-f", hooks], capture_output=True).stdout
+    assert not run_git("ls-remote", url, "refs/mgit/*", cwd=root).stdout
+
+
 def test_a_push_loads_its_stores_client_while_the_remote_lists(tmp_path: Path) -> None:
     """The client of the store a push will likely use is imported on a thread of its own
     (the push lists the remote's refs meanwhile); a version-refs remote imports none."""

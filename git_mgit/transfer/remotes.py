@@ -144,6 +144,24 @@ class Listing:
             self._proc.communicate()
 
 
+def push_urls(repo: Repo, remote: str) -> list[str]:
+    """Where a push to `remote` goes, in git's order: each of its push URLs (a mirror has
+    several, and git runs the pre-push hook once for each), or `remote` when it is a URL."""
+    return _urls(repo, remote, "--push")
+
+
+def pushed_to(repo: Repo, remote: str) -> list[str]:
+    """What to list to see what a push to `remote` changed: the remote itself where its
+    pushes go where it fetches from, else each of its push URLs."""
+    urls = push_urls(repo, remote)
+    return [remote] if urls == _urls(repo, remote)[:1] else urls
+
+
+def _urls(repo: Repo, remote: str, *push: str) -> list[str]:
+    said = repo.git("remote", "get-url", *push, "--all", remote, check=False)
+    return said.splitlines() or [remote]
+
+
 def ls_remote(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:
     """refname -> object id of the remote's refs matching `patterns` (git ls-remote globs)."""
     return Listing(repo, remote, patterns).refs()
@@ -198,6 +216,14 @@ class Transfer:
             pass_fds=fds,
             env=None if env is None else {**os.environ, **env},
         )
+
+    def stop(self) -> None:
+        """End git now, wherever it is (git restores a terminal it prompted on). Not its
+        pipe's end: a helper git ran (an askpass dialog) may hold it open a while yet."""
+        self._proc.terminate()
+        self._proc.wait()
+        if self._proc.stderr is not None:
+            self._proc.stderr.close()
 
     def wait(self) -> None:
         """Raises GitError as transfer() does."""

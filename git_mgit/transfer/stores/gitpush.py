@@ -9,12 +9,14 @@ connects and lists the remote's refs (two requests over HTTP, one of them
 refused for credentials) while the objects those refs name still upload,
 then waits in a pre-push hook of ours until the gate opens. The hook reads
 one line from a pipe this process holds: `go` lets the push send; anything
-else, or the pipe closing because this process stopped, stops it.
+else, or the pipe closing because this process stopped, stops it. git runs
+the hook once for each push URL of the remote (a mirror's), so opening says
+`go` once for each. Shutting a push that has sent nothing stops git
+wherever it is: listing a slow remote, or waiting at a credentials prompt.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +26,7 @@ from git_mgit import config
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import GitError, Repo, anonymized
 from git_mgit.store import anchors
-from git_mgit.transfer.remotes import Transfer, ls_remote, transfer
+from git_mgit.transfer.remotes import Transfer, ls_remote, push_urls, pushed_to, transfer
 
 PAD_PREFIX = "refs/mgit/pad/"
 PAD_OBJECTS = 100  # git's default receive.unpackLimit
@@ -76,6 +78,7 @@ class Gate:
 
     def __init__(self, repo: Repo, remote: str, specs: Sequence[str], hooks: Path) -> None:
         self._remote = remote
+        self._hook_runs = len(push_urls(repo, remote))
         verdict, self._say = os.pipe()
         try:
             self._push = Transfer(
@@ -105,17 +108,10 @@ class Gate:
         return cls(repo, remote, specs, hooks)
 
     def open(self) -> None:
-        """Let the push send, and wait for it; raises MgitError as push() does."""
-        self._end(b"go\n")
-
-    def shut(self) -> None:
-        """Stop the push before it sends anything, and wait for it."""
-        with contextlib.suppress(MgitError):  # refused by our own hook, as asked
-            self._end(b"stop\n")
-
-    def _end(self, verdict: bytes) -> None:
+        """Let the push send (to each push URL), and wait for it; raises MgitError as
+        push() does."""
         try:
-            os.write(self._say, verdict)
+            os.write(self._say, b"go\n" * self._hook_runs)  # a pipe holds 4 KiB at least
         except BrokenPipeError:
             pass  # git stopped before its hook: wait() says why
         finally:
@@ -124,6 +120,11 @@ class Gate:
             self._push.wait()
         except GitError as exc:
             raise _failed(self._remote, exc) from exc
+
+    def shut(self) -> None:
+        """Stop the push before it sends anything, wherever it is, and wait for it."""
+        os.close(self._say)  # a hook under way reads no verdict: it refuses
+        self._push.stop()
 
 
 def _gate_hooks(repo: Repo) -> Path:
@@ -171,7 +172,8 @@ def push_refs(
     Another clone publishing one of them at the same moment makes git refuse
     ours: its ref is as good (the same version, complete), so what the remote
     then has counts as done (a name that still holds what it held before does
-    not) and the rest is pushed again.
+    not) and the rest is pushed again. A remote with several push URLs counts
+    a name done only where every one of them has it.
     """
     before = before or {}
     todo = list(names)
@@ -187,8 +189,12 @@ def push_refs(
         except MgitError:
             if attempt + 1 == _ATTEMPTS:
                 raise
-            there = ls_remote(repo, remote, *todo)
-            todo = [name for name in todo if there.get(name, before.get(name)) == before.get(name)]
+            listed = [ls_remote(repo, where, *todo) for where in pushed_to(repo, remote)]
+            todo = [
+                name
+                for name in todo
+                if any(there.get(name, before.get(name)) == before.get(name) for there in listed)
+            ]
     return False
 
 

@@ -95,14 +95,16 @@ class PointerStore(Store):
             specs[RECORD_REF] = anchors.commit_blobs(repo, [], record_text(url))
         # git connects and lists the remote while the rest uploads; it sends once they are in
         gate = Gate.begin(repo, self.remote, [f"+{c}:{name}" for name, c in specs.items()])
+        lines = [f"update {name} {commit}\n" for name, commit in specs.items()]
         try:
             sent = upload.wait()
+            repo.git(
+                "update-ref", "--stdin", input="".join([*lines, *repo.deletions(gone)]).encode()
+            )
         except BaseException:
             if gate is not None:
                 gate.shut()
             raise
-        lines = [f"update {name} {commit}\n" for name, commit in specs.items()]
-        repo.git("update-ref", "--stdin", input="".join([*lines, *repo.deletions(gone)]).encode())
         first = gate.open if gate is not None else None
         push_refs(repo, self.remote, list(specs), first=first, before=listing)
         if gone:

@@ -36,6 +36,7 @@ from giftless.storage.local_storage import LocalStorage
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from tests.gitsandbox import RequestRecord, _GitHttpHandler, init_repo, run_git
+from tests.servers.tls import Certificates
 
 _REALM = "git-mgit test server"
 _TOKEN_LIFETIME_S = 24 * 3600
@@ -165,8 +166,9 @@ class _Handler(WSGIRequestHandler, _GitHttpHandler):
         elif not lfs:
             self._run_cgi()  # reports to server.started / server.finished (the log)
         else:
-            if verdict == "basic":
+            if verdict != "token":
                 del self.headers["Authorization"]
+            if verdict == "basic":
                 self.headers["Authorization"] = f"Bearer {self.server.gate.token}"
             self.run_wsgi()  # giftless, through _logged
 
@@ -188,16 +190,18 @@ class _Gate:
 
     def __init__(self, username: str, password: str, token: str) -> None:
         raw = f"{username}:{password}".encode()
-        self._expected = "Basic " + base64.b64encode(raw).decode()
+        self._expected = base64.b64encode(raw)
         self.token = token
 
     def admit(self, authorization: str | None, path: str, lfs: bool) -> str | None:
-        """ "basic", "token" (giftless checks it) or None (refused)."""
-        if authorization and hmac.compare_digest(authorization.encode(), self._expected.encode()):
+        """ "signed" (a pre-signed href: its query's token, whatever else the request
+        carries), "basic", "token" (giftless checks it) or None (refused)."""
+        if lfs and "jwt=" in urlsplit(path).query:
+            return "signed"
+        scheme, _, given = (authorization or "").strip().partition(" ")
+        if scheme.lower() == "basic" and hmac.compare_digest(given.encode(), self._expected):
             return "basic"
-        if lfs and (
-            (authorization or "").lower().startswith("bearer ") or "jwt=" in urlsplit(path).query
-        ):
+        if lfs and scheme.lower() == "bearer":
             return "token"
         return None
 
@@ -205,17 +209,20 @@ class _Gate:
 class LfsServer:
     """giftless and git http-backend on one port (bound at construction, served while entered)."""
 
-    def __init__(self, root: Path, username: str, password: str) -> None:
-        """Bind the port; use it as a context manager (leaving it stops the server)."""
+    def __init__(
+        self, root: Path, username: str, password: str, tls: Certificates | None = None
+    ) -> None:
+        """Bind the port; use it as a context manager (leaving it stops the server).
+        `tls`: serve HTTPS with that certificate (else plain HTTP)."""
         if not _running.acquire(blocking=False):
             raise RuntimeError("one LfsServer per process at a time (giftless's globals)")
         try:
-            self._build(root, username, password)
+            self._build(root, username, password, tls)
         except BaseException:
             _running.release()
             raise
 
-    def _build(self, root: Path, username: str, password: str) -> None:
+    def _build(self, root: Path, username: str, password: str, tls: Certificates | None) -> None:
         self.root = root
         self.username, self.password = username, password
         self.git_root = root / "git"
@@ -234,6 +241,7 @@ class LfsServer:
             _logged(self._giftless(), self.log),
             threaded=True,
             request_handler=_Handler,
+            ssl_context=None if tls is None else (str(tls.cert), str(tls.key)),
         )
         # What the shared handlers read from their server: gitsandbox's CGI (project root,
         # environment, request log) and the gate.
@@ -244,7 +252,7 @@ class LfsServer:
         server.log = self.log  # type: ignore[attr-defined]
         server.gate = _Gate(username, password, token)  # type: ignore[attr-defined]
         self._server = server
-        self.url = f"http://127.0.0.1:{server.port}"
+        self.url = f"{'http' if tls is None else 'https'}://127.0.0.1:{server.port}"
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -321,6 +329,7 @@ class LfsServer:
         user = quote(self.username, safe="")
         secret = quote(password if password is not None else self.password, safe="")
         hosts = [urlsplit(url).netloc for url in (self.url, *also)]
-        path.write_text("".join(f"http://{user}:{secret}@{host}\n" for host in hosts))
+        scheme = urlsplit(self.url).scheme
+        path.write_text("".join(f"{scheme}://{user}:{secret}@{host}\n" for host in hosts))
         path.chmod(0o600)
         run_git("config", "--global", "credential.helper", f"store --file={path}", cwd=self.root)

@@ -5,8 +5,11 @@ or idle; a thread that finds them all busy waits for one, so every transfer
 thread and the caller's batch requests each get one. A connection goes back
 to the pool only when its response was read to the end and the server did
 not close it; an idle one the server closed meanwhile is dropped before use.
-HTTPS verifies the server's certificate and name against the system's CAs.
-The connect timeout covers opening a connection, the read timeout each
+HTTPS verifies the server's certificate and name against the system's CAs,
+or those git's `http.sslCAInfo` / `http.sslCAPath` name (httpconfig.py says
+what the client takes from git's `http.*` settings). A server behind a proxy
+is reached through it: a CONNECT tunnel for https, absolute-URI requests for
+http. The connect timeout covers opening a connection, the read timeout each
 silence after it.
 
 urllib3 did this before: importing it took about 45 ms of every LFS process
@@ -23,6 +26,8 @@ from http.client import HTTPConnection, HTTPMessage, HTTPResponse, HTTPSConnecti
 from ssl import SSLContext
 from urllib.parse import urlsplit
 
+from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Route, Tls
 from git_mgit.transfer.stores.lfs.policy import origin
 
 Origin = tuple[str, str, int]
@@ -77,16 +82,22 @@ class _Origin:
     def __init__(
         self,
         origin: Origin,
+        route: Route,
         size: int,
         timeouts: tuple[float, float],
-        tls: Callable[[], SSLContext],
+        tls: Callable[[Tls], SSLContext],
     ) -> None:
-        self.origin = origin
+        self.origin, self.route = origin, route
         self._slots = threading.BoundedSemaphore(size)
         self._idle: list[HTTPConnection] = []
         self._lock = threading.Lock()
         self._connect_s, self._read_s = timeouts
         self._tls = tls
+
+    @property
+    def proxied(self) -> bool:
+        """Whether requests go to a proxy in absolute form (http through a proxy)."""
+        return self.route.proxy is not None and self.origin[0] == "http"
 
     def get(self) -> HTTPConnection:
         """An open connection: an idle one still open, else a new one (waits for a slot)."""
@@ -119,11 +130,17 @@ class _Origin:
 
     def _open(self) -> HTTPConnection:
         scheme, host, port = self.origin
+        proxy = self.route.proxy
+        to_host, to_port = (proxy.host, proxy.port) if proxy else (host, port)
         conn: HTTPConnection
         if scheme == "https":
-            conn = HTTPSConnection(host, port, timeout=self._connect_s, context=self._tls())
+            context = self._tls(self.route.tls)
+            conn = HTTPSConnection(to_host, to_port, timeout=self._connect_s, context=context)
+            if proxy is not None:  # TLS to the server, inside the proxy's tunnel
+                auth = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else {}
+                conn.set_tunnel(host, port, headers=auth)
         else:
-            conn = HTTPConnection(host, port, timeout=self._connect_s)
+            conn = HTTPConnection(to_host, to_port, timeout=self._connect_s)
         conn.connect()
         assert conn.sock is not None
         conn.sock.settimeout(self._read_s)
@@ -133,11 +150,15 @@ class _Origin:
 class Pool:
     """Connections to every origin the client talks to (the LFS API, its storage)."""
 
-    def __init__(self, size: int, connect_s: float, read_s: float) -> None:
+    def __init__(
+        self, size: int, connect_s: float, read_s: float, config: HttpConfig | None = None
+    ) -> None:
+        """`config`: git's http.* settings (default: none but the environment's)."""
         self._size, self._timeouts = size, (connect_s, read_s)
-        self._origins: dict[Origin, _Origin] = {}
+        self._config = config or HttpConfig([])
+        self._origins: dict[tuple[Origin, Route], _Origin] = {}
         self._lock = threading.Lock()
-        self._context: SSLContext | None = None
+        self._contexts: dict[Tls, SSLContext] = {}
 
     def request(
         self,
@@ -148,13 +169,16 @@ class Pool:
     ) -> Response:
         """Send one request and read its status and headers; the body is the caller's.
         Raises ValueError for a URL that is not http(s), OSError (ssl.SSLError for TLS) or
-        http.client.HTTPException on failure."""
-        scheme, host, port = origin(url)
-        if port is None:
-            raise ValueError(f"not an http(s) URL: {scheme}")
-        home = self._origin((scheme, host, port))
+        http.client.HTTPException on failure, BlobStoreError for settings that cannot be
+        used (a proxy, a CA file)."""
+        home = self._origin(url)
         parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        proxy = home.route.proxy
+        if home.proxied and proxy is not None:
+            target = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{target}"
+            if proxy.authorization:
+                headers = {**headers, "Proxy-Authorization": proxy.authorization}
         conn = home.get()
         try:
             # http.client frames a bytes body by its length, an iterable one by the
@@ -170,10 +194,7 @@ class Pool:
     def connect(self, url: str) -> None:
         """Open a connection to `url`'s server ahead of its first request (TLS included),
         kept idle for it. Raises as request() does."""
-        scheme, host, port = origin(url)
-        if port is None:
-            raise ValueError(f"not an http(s) URL: {scheme}")
-        home = self._origin((scheme, host, port))
+        home = self._origin(url)
         conn = home.get()
         home.put(conn)
 
@@ -183,20 +204,45 @@ class Pool:
         for home in origins:
             home.close()
 
-    def _origin(self, origin: Origin) -> _Origin:
+    def _origin(self, url: str) -> _Origin:
+        """The connections for `url`'s server, by the route git's settings give it."""
+        scheme, host, port = origin(url)
+        if port is None:
+            raise ValueError(f"not an http(s) URL: {scheme}")
+        key = ((scheme, host, port), self._config.route(url))
         with self._lock:
-            home = self._origins.get(origin)
+            home = self._origins.get(key)
             if home is None:
-                home = _Origin(origin, self._size, self._timeouts, self._tls)
-                self._origins[origin] = home
+                home = _Origin(*key, self._size, self._timeouts, self._tls)
+                self._origins[key] = home
             return home
 
-    def _tls(self) -> SSLContext:
-        """One TLS context for every HTTPS connection (loading the CAs takes a while)."""
+    def _tls(self, tls: Tls) -> SSLContext:
+        """One TLS context for each set of settings (loading the CAs takes a while)."""
         with self._lock:
-            if self._context is None:
-                self._context = ssl.create_default_context()
-            return self._context
+            context = self._contexts.get(tls)
+            if context is None:
+                context = self._contexts[tls] = _context(tls)
+            return context
+
+
+def _context(tls: Tls) -> SSLContext:
+    """A client context as git's settings ask; BlobStoreError naming the file it cannot use."""
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_file, capath=tls.ca_path)
+        if tls.cert:
+            context.load_cert_chain(tls.cert, tls.key)
+    except (OSError, ssl.SSLError) as exc:
+        files = [f for f in (tls.ca_file, tls.ca_path, tls.cert, tls.key) if f]
+        raise BlobStoreError(
+            f"git's TLS settings name files the LFS client cannot use ({', '.join(files)}: "
+            f"{exc.strerror or exc}); check http.sslCAInfo, http.sslCAPath, http.sslCert "
+            "and http.sslKey (or GIT_SSL_CAINFO and the like)"
+        ) from None
+    if not tls.verify:  # http.sslVerify=false or GIT_SSL_NO_VERIFY, as git has it
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def _dropped(conn: HTTPConnection) -> bool:

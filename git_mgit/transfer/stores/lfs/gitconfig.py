@@ -58,6 +58,7 @@ class LfsConfig:
 
     values: dict[str, list[str]] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)  # key -> "git config" or ".lfsconfig"
+    http: tuple[tuple[str, str], ...] = ()  # git config's http.* pairs, in order (httpconfig.py)
 
     def get(self, key: str) -> str | None:
         found = self.values.get(canonical(key))
@@ -111,7 +112,8 @@ def load(repo: Repo) -> LfsConfig:
         if _safe(key):
             values.setdefault(key, []).append(value)
             origins[key] = LFSCONFIG
-    for key, value in _list(cwd) or []:  # after .lfsconfig: git config wins (last value)
+    listed = _list(cwd) or []
+    for key, value in listed:  # after .lfsconfig: git config wins (last value)
         values.setdefault(key, []).append(value)
         origins[key] = "git config"
-    return LfsConfig(values, origins)
+    return LfsConfig(values, origins, tuple(p for p in listed if p[0].startswith("http.")))

@@ -6,6 +6,8 @@
 - Redirects are followed here, so that a hop to another scheme, host or
   port drops every Authorization header and asks for no credentials there.
 - No Authorization header ever goes over plain http except to loopback.
+- git's `http.extraHeader` for a request's URL goes with it (httpconfig.py);
+  an Authorization among them (a CI token) stands in for git's credentials.
 - Failures worth a retry raise retry.Transient; the caller decides to retry.
 """
 
@@ -24,6 +26,7 @@ from git_mgit.transfer.stores.blobs import BlobStoreError, Body
 from git_mgit.transfer.stores.lfs.auth import Access
 from git_mgit.transfer.stores.lfs.connections import Pool, Response
 from git_mgit.transfer.stores.lfs.creds import Credential
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig
 from git_mgit.transfer.stores.lfs.policy import may_send_credentials, origin, redact
 from git_mgit.transfer.stores.lfs.retry import Transient, retry_after, transient
 from git_mgit.transfer.stores.lfs.trace import trace
@@ -45,11 +48,19 @@ class Timeouts:
 class Http:
     """Requests to one LFS server and the storage its actions point to."""
 
-    def __init__(self, access: Access, pool_size: int, timeouts: Timeouts) -> None:
+    def __init__(
+        self,
+        access: Access,
+        pool_size: int,
+        timeouts: Timeouts,
+        config: HttpConfig | None = None,
+    ) -> None:
+        """`config`: git's http.* settings (default: none but the environment's)."""
         self._access = access
+        self._config = config or HttpConfig([])
         # One connection per transfer thread, and one for the caller's batch requests; a
         # thread that finds them all busy waits for one: none is ever left unreturned.
-        self._pool = Pool(pool_size + 1, timeouts.connect_s, timeouts.read_s)
+        self._pool = Pool(pool_size + 1, timeouts.connect_s, timeouts.read_s, self._config)
 
     def close(self) -> None:
         self._pool.close()
@@ -76,11 +87,11 @@ class Http:
         Raises Transient for a connection failure or a status worth retrying.
         """
         headers = {"User-Agent": USER_AGENT, **headers}
-        if _has_auth(headers):
+        if _has_auth(_under(self._config.headers(url), headers)):
             cred_url = None
         sent: Credential | None = self._access.current(cred_url) if cred_url else None
         for _ in range(_MAX_REDIRECTS + 1):
-            wire = dict(headers)
+            wire = _under(self._config.headers(url), headers)
             if sent is not None:
                 wire["Authorization"] = sent.authorization()
             response = self._request(method, url, wire, body)
@@ -132,6 +143,12 @@ class Http:
             )
         try:
             response = self._pool.request(method, url, body, headers)
+        except ssl.SSLCertVerificationError as exc:
+            raise BlobStoreError(
+                f"{redact(url)}: the server's certificate is not trusted ({exc.verify_message}); "
+                "if your organisation's CA signs it, point git at that CA (git config "
+                "http.sslCAInfo /path/to/ca.pem): git and git-mgit both use it"
+            ) from None
         except ssl.SSLError:
             raise BlobStoreError(
                 f"{redact(url)}: TLS failed (certificate or protocol); check the server's certificate"
@@ -142,9 +159,22 @@ class Http:
                 "LFS URL, or tell the server's operator"
             ) from None
         except (OSError, HTTPException) as exc:
+            if str(exc).startswith("Tunnel connection failed: 407"):  # http.client's words
+                raise _proxy_refused(url) from None
             raise Transient(f"{describe(exc)} talking to {redact(url)}") from None
         trace(f"{method} {redact(url)} -> {response.status}")
+        if response.status == 407:  # the proxy of an http request refused it
+            _discard(response)
+            raise _proxy_refused(url)
         return response
+
+
+def _proxy_refused(url: str) -> BlobStoreError:
+    return BlobStoreError(
+        f"the proxy git's settings give for {redact(url)} refused it (HTTP 407: Proxy "
+        "Authentication Required); give its user and password in http.proxy "
+        "(http://user:password@host:port) or https_proxy"
+    )
 
 
 def read_body(response: Response, url: str, limit: int | None = None) -> bytes:
@@ -212,6 +242,13 @@ def describe(exc: BaseException) -> str:
     if isinstance(reason, str) and "http" not in reason.lower():
         return f"{name}: {reason}"
     return name
+
+
+def _under(extra: list[tuple[str, str]], headers: dict[str, str]) -> dict[str, str]:
+    """`headers` over git's extra headers: a name in both (in any case) keeps the request's
+    own value (an action's Authorization over a CI token), as git-lfs sets them."""
+    own = {name.lower() for name in headers}
+    return {**{k: v for k, v in extra if k.lower() not in own}, **headers}
 
 
 def _has_auth(headers: dict[str, str]) -> bool:

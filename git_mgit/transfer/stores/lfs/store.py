@@ -34,6 +34,7 @@ from git_mgit.transfer.stores.lfs.creds import GitCredentials
 from git_mgit.transfer.stores.lfs.endpoint import Endpoint, endpoint_for
 from git_mgit.transfer.stores.lfs.gitconfig import LfsConfig
 from git_mgit.transfer.stores.lfs.http import Http, Timeouts
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig
 from git_mgit.transfer.stores.lfs.policy import redact
 from git_mgit.transfer.stores.lfs.retry import RetryPolicy
 from git_mgit.transfer.stores.lfs.sshauth import SshAuthenticator
@@ -65,7 +66,8 @@ class LfsStore(BlobStore):
             read_s=config.number("lfs.activitytimeout", 30, 1),
         )
         modes = modes or AccessModes()
-        self._http = Http(Access(GitCredentials(cwd), modes), self.concurrency, timeouts)
+        access = Access(GitCredentials(cwd), modes)
+        self._http = Http(access, self.concurrency, timeouts, HttpConfig(config.http))
         retry = RetryPolicy.from_config(config)
         self.endpoint = download
         self._where = f"Git LFS at {redact(download.url)}"

@@ -1,0 +1,224 @@
+"""git's `http.*` settings for one URL, read as git reads them, so the LFS client goes
+where git goes: through the same proxy, trusting the same CAs, with the same extra headers.
+
+- TLS: `http.sslVerify`, `http.sslCAInfo`, `http.sslCAPath`, `http.sslCert`,
+  `http.sslKey`; git's environment variables override them (`GIT_SSL_NO_VERIFY`,
+  `GIT_SSL_CAINFO`, `GIT_SSL_CAPATH`, `GIT_SSL_CERT`, `GIT_SSL_KEY`).
+- The proxy: `http.proxy`, else the environment's (`https_proxy` or `HTTPS_PROXY`
+  for https, `http_proxy` for http, then `all_proxy` or `ALL_PROXY`), as curl reads
+  them; `no_proxy` (or `NO_PROXY`) names hosts and domains that go direct (`*`: all).
+  An empty `http.proxy` means no proxy.
+- `http.extraHeader`, as many as given (an empty one drops those before it): CI
+  systems pass a token this way (GitHub's checkout action among them).
+
+Each may be set for a URL, `http.<url>.<key>`, by git's rules (urlmatch.c): the
+entry whose URL has the longest host, then the longest path (on `/` boundaries),
+then a user name that matches, is the one; a later entry as specific as an
+earlier one replaces it; an entry less specific than one before it is ignored.
+Only git config sets these: a committed `.lfsconfig` may not (gitconfig.py), so
+a cloned repository can neither turn verification off nor send headers anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from urllib.parse import SplitResult, unquote, urlsplit
+
+from git_mgit.transfer.stores.blobs import BlobStoreError
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_ENV_TLS = {
+    "sslcainfo": "GIT_SSL_CAINFO",
+    "sslcapath": "GIT_SSL_CAPATH",
+    "sslcert": "GIT_SSL_CERT",
+    "sslkey": "GIT_SSL_KEY",
+}
+_FALSE = frozenset({"false", "no", "off", "0"})
+_PROXY_PORT = 1080  # curl's, for a proxy URL without one
+
+
+@dataclass(frozen=True)
+class Tls:
+    """How to check the servers' certificates, and which one of ours to show."""
+
+    verify: bool = True
+    ca_file: str | None = None
+    ca_path: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """An HTTP proxy: where it is, and the credentials its URL gave (a header's value)."""
+
+    host: str
+    port: int
+    authorization: str | None = None
+    shown: str = ""  # its URL without credentials, for messages
+
+
+@dataclass(frozen=True)
+class Route:
+    """How to reach one server: the TLS settings, and the proxy (None: direct)."""
+
+    tls: Tls = Tls()
+    proxy: Proxy | None = None
+
+
+@dataclass(frozen=True, order=True)
+class _Match:
+    """How specific a config entry's URL is for a request (compared field by field)."""
+
+    host: int
+    path: int
+    user: bool
+
+
+class HttpConfig:
+    """The `http.*` entries of git config, in order, asked about one URL at a time."""
+
+    def __init__(
+        self, pairs: Iterable[tuple[str, str]], env: Mapping[str, str] | None = None
+    ) -> None:
+        """`pairs`: (key, value) as `git config --list` gives them; `env`: the environment."""
+        self._entries = [(k, v) for k, v in pairs if k.startswith("http.")]
+        self._env = os.environ if env is None else env
+
+    def route(self, url: str) -> Route:
+        """The TLS settings and proxy for requests to `url`; BlobStoreError for a proxy
+        setting this client cannot use."""
+        said = self._last(url)
+        verify = said.get("sslverify", "true").strip().lower() not in _FALSE
+        if self._env.get("GIT_SSL_NO_VERIFY"):
+            verify = False
+        tls = {name: self._env.get(var) or said.get(name) or None for name, var in _ENV_TLS.items()}
+        return Route(
+            Tls(verify, tls["sslcainfo"], tls["sslcapath"], tls["sslcert"], tls["sslkey"]),
+            self._proxy(url, said.get("proxy")),
+        )
+
+    def headers(self, url: str) -> list[tuple[str, str]]:
+        """The extra headers requests to `url` carry, as (name, value)."""
+        out: list[tuple[str, str]] = []
+        for value in self._applying(url, "extraheader"):
+            if not value:
+                out.clear()
+                continue
+            name, colon, rest = value.partition(":")
+            if colon and name.strip():
+                out.append((name.strip(), rest.strip()))
+        return out
+
+    def _last(self, url: str) -> dict[str, str]:
+        """Each single-valued key's value for `url`."""
+        said: dict[str, str] = {}
+        for key, value in self._accepted(url):
+            said[key] = value
+        return said
+
+    def _applying(self, url: str, name: str) -> list[str]:
+        return [value for key, value in self._accepted(url) if key == name]
+
+    def _accepted(self, url: str) -> Iterable[tuple[str, str]]:
+        """(key name, value) of each entry git would apply to `url`, in order."""
+        target = urlsplit(url)
+        best: dict[str, _Match] = {}
+        for key, value in self._entries:
+            scope, _, name = key[len("http.") :].rpartition(".")
+            match = _match(target, scope) if scope else _Match(0, 0, False)
+            if match is None or (name in best and match < best[name]):
+                continue
+            best[name] = match
+            yield name, value
+
+    def _proxy(self, url: str, configured: str | None) -> Proxy | None:
+        if configured is not None:
+            return _parse_proxy(configured, "http.proxy") if configured.strip() else None
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if _bypassed(host, self._env.get("no_proxy") or self._env.get("NO_PROXY") or ""):
+            return None
+        names = ("https_proxy", "HTTPS_PROXY") if parts.scheme == "https" else ("http_proxy",)
+        for name in (*names, "all_proxy", "ALL_PROXY"):
+            if self._env.get(name):
+                return _parse_proxy(self._env[name], name)
+        return None
+
+
+def _parse_proxy(value: str, setting: str) -> Proxy:
+    """`[http://][user[:password]@]host[:port]`, as git and curl take it."""
+    text = value.strip()
+    parts = urlsplit(text if "://" in text else f"http://{text}")
+    try:
+        port = parts.port or _PROXY_PORT
+    except ValueError:
+        port = 0
+    shown = f"{parts.scheme}://{parts.hostname}:{port}"
+    if parts.scheme.lower() != "http" or not parts.hostname or not port:
+        raise BlobStoreError(
+            f"{setting} = {shown}: git-mgit's LFS client goes through http:// proxies only; "
+            f"give {setting} an http://host:port proxy, or unset it for the LFS server"
+        )
+    authorization = None
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = "Basic " + base64.b64encode(pair.encode()).decode()
+    return Proxy(parts.hostname, port, authorization, shown)
+
+
+def _match(target: SplitResult, scope: str) -> _Match | None:
+    """How `scope` (a config entry's URL) matches `target`, or None: git's match_urls."""
+    try:
+        pattern = urlsplit(scope)
+        port, wanted = _port(target), _port(pattern)
+    except ValueError:
+        return None
+    if pattern.scheme.lower() != target.scheme.lower() or port != wanted:
+        return None
+    host = (pattern.hostname or "").lower()
+    if not _host_matches((target.hostname or "").lower(), host):
+        return None
+    if pattern.username is not None and pattern.username != target.username:
+        return None
+    path = _path_match(target.path or "/", pattern.path or "/")
+    if not path:
+        return None
+    return _Match(len(host), path, pattern.username is not None)
+
+
+def _port(parts: SplitResult) -> int | None:
+    return parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+
+
+def _host_matches(host: str, pattern: str) -> bool:
+    """Label by label; `*` within a label matches any part of it, never a dot."""
+    labels, wanted = host.split("."), pattern.split(".")
+    return len(labels) == len(wanted) and all(
+        fnmatchcase(label, want) for label, want in zip(labels, wanted, strict=True)
+    )
+
+
+def _path_match(path: str, prefix: str) -> int:
+    """The length of the match (with an implicit final `/`), 0 if none: a prefix matches
+    only up to a path component's boundary."""
+    if prefix == "/":
+        return 1
+    prefix = prefix.removesuffix("/")
+    if not path.startswith(prefix):
+        return 0
+    rest = path[len(prefix) :]
+    return len(prefix) + 1 if rest in ("", "/") or rest.startswith("/") else 0
+
+
+def _bypassed(host: str, no_proxy: str) -> bool:
+    """Whether `no_proxy` (comma- or space-separated hosts and domains) sends `host` direct."""
+    for entry in no_proxy.replace(",", " ").split():
+        entry = entry.lower().lstrip(".")
+        if entry == "*" or host == entry or host.endswith(f".{entry}"):
+            return True
+    return False

@@ -1,0 +1,146 @@
+"""git's http.* settings as the LFS client reads them (stores/lfs/httpconfig.py): the same
+entry git itself picks for a URL, the environment over config as git has it."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pytest
+
+from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.lfs.gitconfig import parse_list
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Proxy, Route, Tls
+from tests.gitsandbox import init_repo, run_git
+
+# Entries of http.<url>.sslverify and where they apply; what git picks is asked of git.
+_ENTRIES = [
+    ("http.sslverify", "plain"),
+    ("http.https://example.com.sslverify", "host"),
+    ("http.https://example.com/org.sslverify", "org"),
+    ("http.https://example.com/org/repo.git/.sslverify", "repo"),
+    ("http.https://*.example.com.sslverify", "wildcard"),
+    ("http.https://lfs.example.com.sslverify", "lfs-host"),
+    ("http.https://alice@example.com/org.sslverify", "alice-org"),
+    ("http.https://example.com:8443.sslverify", "port"),
+    ("http.http://example.com.sslverify", "http"),
+    ("http.https://example.com/org.sslverify", "org-again"),
+    ("http.https://example.com.sslverify", "host-after-org"),  # less specific: ignored
+]
+_URLS = [
+    "https://example.com/",
+    "https://example.com/org",
+    "https://example.com/org/",
+    "https://example.com/org/repo.git/info/lfs/objects/batch",
+    "https://example.com/organisation/x",
+    "https://alice@example.com/org/repo.git",
+    "https://bob@example.com/org/repo.git",
+    "https://lfs.example.com/objects/1",
+    "https://cdn.example.com/objects/1",
+    "https://a.b.example.com/objects/1",
+    "https://example.com:443/org/x",
+    "https://example.com:8443/x",
+    "http://example.com/org/x",
+    "https://other.org/x",
+]
+
+
+def _config(tmp_path: Path, entries: list[tuple[str, str]]) -> Path:
+    repo = init_repo(tmp_path / "r")
+    for key, value in entries:
+        run_git("config", "--add", key, value, cwd=repo)
+    return repo
+
+
+@pytest.mark.parametrize("url", _URLS)
+def test_each_url_gets_the_entry_git_itself_picks(tmp_path: Path, url: str) -> None:
+    repo = _config(tmp_path, _ENTRIES)
+    listed = parse_list(run_git("config", "-z", "--list", cwd=repo, text=False).stdout)
+    git = run_git("config", "--get-urlmatch", "http.sslverify", url, cwd=repo, check=False)
+    ours = HttpConfig(listed, env={})._last(url).get("sslverify")
+    assert ours == (git.stdout.strip() or None)
+
+
+def test_tls_settings_from_config_and_gits_environment_over_them() -> None:
+    pairs = [
+        ("http.https://models.example.com.sslverify", "false"),
+        ("http.sslcainfo", "/etc/team-ca.pem"),
+        ("http.https://models.example.com.sslcert", "/home/me/client.pem"),
+        ("http.https://models.example.com.sslkey", "/home/me/client.key"),
+    ]
+    assert HttpConfig(pairs, env={}).route("https://models.example.com/x").tls == Tls(
+        False, "/etc/team-ca.pem", None, "/home/me/client.pem", "/home/me/client.key"
+    )
+    assert HttpConfig(pairs, env={}).route("https://elsewhere.example.com/x").tls == Tls(
+        True, "/etc/team-ca.pem"
+    )
+    env = {"GIT_SSL_NO_VERIFY": "1", "GIT_SSL_CAINFO": "/ci/ca.pem"}
+    assert HttpConfig(pairs, env=env).route("https://elsewhere.example.com/x").tls == Tls(
+        False, "/ci/ca.pem"
+    )
+
+
+def _proxy_of(config: HttpConfig, url: str) -> str | None:
+    proxy = config.route(url).proxy
+    return None if proxy is None else proxy.shown
+
+
+def test_the_proxy_from_config_else_the_environment_as_curl_reads_it() -> None:
+    env = {
+        "https_proxy": "http://secure-proxy:3128",
+        "http_proxy": "plain-proxy:3128",  # no scheme: http, as curl takes it
+        "HTTP_PROXY": "http://ignored:1",  # curl never reads it (httpoxy)
+        "no_proxy": "localhost, .internal.example.com",
+    }
+    config = HttpConfig([], env=env)
+    assert _proxy_of(config, "https://hub.example.com/x") == "http://secure-proxy:3128"
+    assert _proxy_of(config, "http://hub.example.com/x") == "http://plain-proxy:3128"
+    assert _proxy_of(config, "https://lfs.internal.example.com/x") is None
+    assert _proxy_of(config, "https://internal.example.com/x") is None
+    assert _proxy_of(config, "http://localhost:8080/x") is None
+    everything = HttpConfig([], env={"ALL_PROXY": "all"})
+    assert _proxy_of(everything, "http://h/") == "http://all:1080"  # curl's default port
+    bypassed = HttpConfig([], env={**env, "NO_PROXY": "*", "no_proxy": ""})
+    assert bypassed.route("https://h/") == Route()
+    configured = [
+        ("http.proxy", "http://te%40m:p%3Ass@team-proxy:8080"),
+        ("http.https://direct.example.com.proxy", ""),
+    ]
+    team = HttpConfig(configured, env=env).route("https://hub.example.com/").proxy
+    credentials = base64.b64encode(b"te@m:p:ss").decode()
+    assert team == Proxy("team-proxy", 8080, f"Basic {credentials}", "http://team-proxy:8080")
+    assert HttpConfig(configured, env=env).route("https://direct.example.com/").proxy is None
+
+
+def test_a_proxy_this_client_cannot_use_is_one_line_without_its_password() -> None:
+    config = HttpConfig([("http.proxy", "socks5://me:hunter2@socks.example.com:1080")], env={})
+    with pytest.raises(
+        BlobStoreError, match=re.escape("http.proxy = socks5://socks.example.com:1080")
+    ):
+        config.route("https://hub.example.com/")
+    with pytest.raises(BlobStoreError, match="https_proxy = https://p:3128") as failed:
+        HttpConfig([], env={"https_proxy": "https://me:hunter2@p:3128"}).route("https://h/")
+    assert "hunter2" not in str(failed.value) and "\n" not in str(failed.value)
+
+
+def test_extra_headers_accumulate_and_an_empty_one_drops_those_before() -> None:
+    pairs = [
+        ("http.extraheader", "X-Team: models"),
+        ("http.https://github.com/.extraheader", "AUTHORIZATION: basic dG9rZW4="),
+        ("http.https://github.com/.extraheader", "X-Trace: 1"),
+        ("http.https://gitlab.com/.extraheader", ""),
+        ("http.https://gitlab.com/.extraheader", "Private-Token: abc"),
+        ("http.extraheader", "X-Too-General: ignored after a more specific one"),
+    ]
+    config = HttpConfig(pairs, env={})
+    assert config.headers("https://github.com/org/repo.git/info/lfs/objects/batch") == [
+        ("X-Team", "models"),
+        ("AUTHORIZATION", "basic dG9rZW4="),
+        ("X-Trace", "1"),
+    ]
+    assert config.headers("https://gitlab.com/org/repo.git/info/lfs") == [("Private-Token", "abc")]
+    assert config.headers("https://objects.example.com/x") == [
+        ("X-Team", "models"),
+        ("X-Too-General", "ignored after a more specific one"),
+    ]

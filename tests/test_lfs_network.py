@@ -1,0 +1,167 @@
+"""The LFS store on the networks users have: a server whose certificate a company's own CA
+signed, a forward proxy (with credentials, with a CONNECT tunnel for HTTPS), a token in
+git's `http.extraHeader` as CI systems pass it. git-mgit's LFS client follows git's own
+`http.*` settings there (stores/lfs/httpconfig.py); every test pushes a model and clones
+it fresh, byte-exact, through real servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.lfs.auth import Access
+from git_mgit.transfer.stores.lfs.creds import GitCredentials
+from git_mgit.transfer.stores.lfs.http import Http, Timeouts
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig
+from tests.gitsandbox import clone, run_git
+from tests.mgitrepo import init_mgit_repo
+from tests.servers.lfs import LfsServer
+from tests.servers.proxy import ForwardProxy
+from tests.servers.tls import Certificates, make_certificates
+from tests.test_stores import MODEL, commit_versions, series
+
+
+@pytest.fixture
+def certificates(tmp_path: Path) -> Certificates:
+    return make_certificates(tmp_path / "tls")
+
+
+@pytest.fixture
+def https_lfs_server(
+    tmp_path: Path, certificates: Certificates, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LfsServer]:
+    """The LFS test server over HTTPS, its certificate signed by the test's own CA; git's
+    TLS variables unset (they override its config, and machines set GIT_SSL_CAINFO)."""
+    for name in ("GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "GIT_SSL_NO_VERIFY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    password = secrets.token_urlsafe(16)
+    with LfsServer(tmp_path / "lfs-server", "mgit-user", password, tls=certificates) as server:
+        server.store_credentials(tmp_path / "git-credentials")
+        yield server
+
+
+def _through_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loopback is not exempt from proxies here (the fixtures exempt it)."""
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _push_and_clone(server: LfsServer, tmp_path: Path) -> None:
+    """Two versions pushed with the LFS store; a fresh clone checks the last one out."""
+    versions = series(2, size=4000)
+    root = init_mgit_repo(tmp_path / "src")
+    commit_versions(root, versions)
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", server.repo_url(), cwd=root)
+    run_git("push", "-q", "origin", "main", cwd=root)
+    assert server.uploads()
+    fresh = clone(server.repo_url(), tmp_path / "fresh")
+    assert (fresh / MODEL).read_bytes() == versions[-1]
+
+
+def _lfs_requests(server: LfsServer) -> list[str]:
+    return [f"{h.method} {h.path}" for h in server.requests if h.lfs]
+
+
+def test_a_server_signed_by_the_companys_ca_is_trusted_through_http_sslcainfo(
+    https_lfs_server: LfsServer, certificates: Certificates, tmp_path: Path
+) -> None:
+    """git trusts the server through `http.sslCAInfo`; so does the LFS client."""
+    run_git("config", "--global", "http.sslCAInfo", str(certificates.ca), cwd=tmp_path)
+    _push_and_clone(https_lfs_server, tmp_path)
+    assert https_lfs_server.url.startswith("https://")
+    assert any("/objects/batch" in r for r in _lfs_requests(https_lfs_server))
+
+
+def test_an_untrusted_certificate_is_one_line_naming_the_setting(
+    https_lfs_server: LfsServer, certificates: Certificates, tmp_path: Path
+) -> None:
+    """Without the CA the request is refused at once, in one line saying what to set; with
+    GIT_SSL_NO_VERIFY (as git has it) the same request goes through."""
+    url = f"{https_lfs_server.url}/org/repo.git/info/refs"
+    untrusting = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), HttpConfig([]))
+    with pytest.raises(BlobStoreError, match=r"http\.sslCAInfo") as refused:
+        untrusting.send("GET", url, headers={})
+    assert "\n" not in str(refused.value) and "certificate" in str(refused.value)
+    untrusting.close()
+    unchecking = HttpConfig([], env={"GIT_SSL_NO_VERIFY": "1"})
+    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), unchecking)
+    response = http.send("GET", url, headers={})
+    assert response.status == 401  # the server's own answer: TLS was accepted
+    response.drain()
+    http.close()
+
+
+def test_an_lfs_push_and_clone_go_through_an_authenticating_http_proxy(
+    lfs_server: LfsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`http.proxy` with the proxy's user and password: git and the LFS client both go
+    through it (absolute-URI requests for http); the LFS client sends the proxy's
+    credentials from its first request (git's curl asks without them first)."""
+    _through_proxies(monkeypatch)
+    with ForwardProxy(credentials=("alice", secrets.token_urlsafe(8))) as proxy:
+        run_git("config", "--global", "http.proxy", proxy.url_with_credentials, cwd=tmp_path)
+        _push_and_clone(lfs_server, tmp_path)
+    taken = [f"{method} {target}" for method, target in proxy.requests]
+    for wanted in ("POST", "PUT", "GET"):  # batch requests, uploads, downloads
+        assert any(t.startswith(f"{wanted} {lfs_server.url}/") for t in taken), wanted
+    assert any("/info/lfs/objects/batch" in t for t in taken)
+    assert any("/objects/storage/" in t for t in taken)
+    assert not [t for _, t in proxy.refused if "/info/lfs" in t or "/objects/" in t]
+
+
+def test_https_goes_through_the_proxys_connect_tunnel(
+    https_lfs_server: LfsServer,
+    certificates: Certificates,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An https server behind a proxy: a CONNECT tunnel to it, TLS inside checked against
+    `http.sslCAInfo`, the proxy's credentials on the CONNECT only."""
+    _through_proxies(monkeypatch)
+    run_git("config", "--global", "http.sslCAInfo", str(certificates.ca), cwd=tmp_path)
+    with ForwardProxy(credentials=("bob", secrets.token_urlsafe(8))) as proxy:
+        monkeypatch.setenv("https_proxy", proxy.url_with_credentials)  # as curl reads it
+        _push_and_clone(https_lfs_server, tmp_path)
+    server = https_lfs_server.url.removeprefix("https://")
+    assert ("CONNECT", server) in proxy.requests
+    assert {method for method, _ in proxy.requests} == {"CONNECT"}
+    assert any("/objects/storage/" in r for r in _lfs_requests(https_lfs_server))
+
+
+def test_a_proxy_that_refuses_is_one_line_without_its_password(
+    lfs_server: LfsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wrong proxy credentials: the proxy's 407 is one line naming http.proxy, never
+    retried, and the password given is not in it."""
+    _through_proxies(monkeypatch)
+    wrong = secrets.token_urlsafe(12)
+    with ForwardProxy(credentials=("carol", "right")) as proxy:
+        config = HttpConfig([("http.proxy", f"http://carol:{wrong}@127.0.0.1:{proxy.port}")])
+        http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), config)
+        with pytest.raises(BlobStoreError, match="407") as refused:
+            http.send("GET", lfs_server.lfs_url() + "/locks", headers={})
+        http.close()
+    message = str(refused.value)
+    assert "\n" not in message and "http.proxy" in message and wrong not in message
+    assert len(proxy.refused) == 1
+
+
+def test_a_token_in_http_extraheader_authorizes_without_a_credential_helper(
+    lfs_server: LfsServer, tmp_path: Path
+) -> None:
+    """As GitHub's checkout action leaves a clone: no credential helper, the token in
+    `http.<url>.extraHeader`. git and the LFS client send it from their first request."""
+    run_git("config", "--global", "--unset", "credential.helper", cwd=tmp_path)
+    token = base64.b64encode(f"{lfs_server.username}:{lfs_server.password}".encode()).decode()
+    key = f"http.{lfs_server.url}/.extraheader"
+    run_git("config", "--global", key, f"AUTHORIZATION: basic {token}", cwd=tmp_path)
+    _push_and_clone(lfs_server, tmp_path)
+    assert not [h for h in lfs_server.requests if h.lfs and h.status == 401]

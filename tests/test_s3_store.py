@@ -68,6 +68,28 @@ def test_upload_then_download_is_byte_exact_under_the_documented_keys(s3_bucket:
     assert store.describe() == f"s3://{s3_bucket.name}/models at {s3_bucket.endpoint}"
 
 
+def test_the_store_goes_through_the_proxy_the_environment_names(
+    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A network that reaches the bucket only through a proxy: `HTTP_PROXY` (`HTTPS_PROXY`
+    for https endpoints), as obstore reads it; every request goes through it."""
+    from tests.servers.proxy import ForwardProxy
+
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name)
+    objects = _objects(1000, 2 * MiB)
+    with ForwardProxy() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        store = _store(s3_bucket.url())
+        assert store.upload(list(objects), objects.__getitem__) == len(objects)
+        assert dict(store.download(list(objects))) == objects
+    bucket = f"{s3_bucket.endpoint}/{s3_bucket.name}/"
+    assert {method for method, target in proxy.requests if target.startswith(bucket)} >= {
+        "PUT",
+        "GET",
+    }
+
+
 def test_what_the_bucket_holds_is_not_sent_again(s3_bucket: S3Bucket, proxy: FaultProxy) -> None:
     objects = _objects(*range(10, 15))
     store = _store(s3_bucket.url(endpoint=proxy.url))

@@ -119,11 +119,18 @@ class Repo:
 
     def existing(self, oids: Iterable[str]) -> set[str]:
         """Which of `oids` this repository has (one `git cat-file --batch-check`)."""
-        asked = "".join(f"{o}\n" for o in dict.fromkeys(oids) if o and o.strip("0"))
+        asked = [o for o in dict.fromkeys(oids) if o and o.strip("0")]
+        return {fields[0] for fields in self.batch_check(asked, "%(objectname)")}
+
+    def batch_check(self, oids: Iterable[str], format: str) -> list[list[str]]:
+        """The fields `format` names (`%(objectname) %(objectsize)`) of each of `oids` this
+        repository has, in order: one `git cat-file --batch-check`."""
+        asked = "".join(f"{o}\n" for o in oids)
         if not asked:
-            return set()
-        out = self.git("cat-file", "--batch-check=%(objectname)", input=asked.encode())
-        return {line for line in out.splitlines() if not line.endswith(" missing")}
+            return []
+        out = self.git_bytes("cat-file", f"--batch-check={format}", input=asked.encode())
+        lines = out.decode("utf-8", "replace").splitlines()
+        return [line.split() for line in lines if not line.endswith(" missing")]
 
     def deletions(self, refs: Iterable[str]) -> list[str]:
         """`update-ref --stdin` lines deleting those of `refs` that exist here."""

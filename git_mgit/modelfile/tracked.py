@@ -5,7 +5,6 @@ gc must keep).
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -104,20 +103,7 @@ def sniff_manifests(
     repo: Repo, reader: ObjectReader, paths: Mapping[str, str]
 ) -> Iterator[tuple[str, str, mf.Manifest | mf.ManifestError]]:
     """Of the objects in `paths` (object id -> a path), the manifests, as reachable_manifests."""
-    if not paths:
-        return
-    check = subprocess.run(
-        ["git", "cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)"],
-        cwd=repo.worktree or repo.git_dir,
-        input="".join(o + "\n" for o in paths).encode(),
-        capture_output=True,
-        check=True,
-    )
-    for line in check.stdout.decode().splitlines():
-        fields = line.split()
-        if len(fields) != 3:
-            continue  # "<oid> missing": not in this clone
-        oid, kind, size = fields
+    for oid, kind, size in repo.batch_check(paths, "%(objectname) %(objecttype) %(objectsize)"):
         if kind == "blob" and len(mf.FIRST_LINE) <= int(size) <= MAX_MANIFEST_BYTES:
             data = reader.read(oid)
             if data is not None and mf.looks_like_manifest(data):

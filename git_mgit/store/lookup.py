@@ -12,7 +12,6 @@ fetch lists just the new ones, and it can always be rebuilt from refs.
 from __future__ import annotations
 
 import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Iterable
@@ -191,17 +190,7 @@ def anchor_objects(
 
 def _sizes(repo: Repo, oids: list[str]) -> dict[str, int]:
     """Object id -> size of those of `oids` git has, in one `git cat-file --batch-check`."""
-    if not oids:
-        return {}
-    proc = subprocess.run(
-        ["git", "cat-file", "--batch-check=%(objectname) %(objectsize)"],
-        cwd=repo.worktree or repo.git_dir,
-        input="".join(o + "\n" for o in oids).encode(),
-        capture_output=True,
-        check=True,
-    )
-    rows = (line.split() for line in proc.stdout.decode().splitlines() if "missing" not in line)
-    return {oid: int(size) for oid, size in rows}
+    return {oid: int(size) for oid, size in repo.batch_check(oids, "%(objectname) %(objectsize)")}
 
 
 def filed_by(repo: Repo, commits: Iterable[str]) -> dict[str, list[tuple[bytes, str, int]]]:

@@ -12,6 +12,7 @@ import base64
 import itertools
 import json
 import os
+import secrets
 import ssl
 import subprocess
 import sys
@@ -28,13 +29,14 @@ from git_mgit.transfer.stores.blobs import IDLE, BlobStoreError, Pieces, Pointer
 from git_mgit.transfer.stores.choice import choose
 from git_mgit.transfer.stores.lfs import LfsStore, auth, endpoint_for, may_send_credentials
 from git_mgit.transfer.stores.lfs import store as lfs_store
-from git_mgit.transfer.stores.lfs.auth import Access
+from git_mgit.transfer.stores.lfs.api import BatchApi
+from git_mgit.transfer.stores.lfs.auth import Access, AccessModes
 from git_mgit.transfer.stores.lfs.connections import Pool
 from git_mgit.transfer.stores.lfs.creds import GitCredentials
-from git_mgit.transfer.stores.lfs.endpoint import SshTarget
+from git_mgit.transfer.stores.lfs.endpoint import Endpoint, SshTarget
 from git_mgit.transfer.stores.lfs.gitconfig import LfsConfig
 from git_mgit.transfer.stores.lfs.http import Http, Timeouts, read_body, read_object
-from git_mgit.transfer.stores.lfs.retry import Transient
+from git_mgit.transfer.stores.lfs.retry import RetryPolicy, Transient
 from git_mgit.transfer.stores.lfs.sshauth import ssh_argv
 from git_mgit.transfer.stores.registry import Opening
 from tests.gitsandbox import commit_files, init_repo, run_git
@@ -693,6 +695,74 @@ def test_the_password_never_shows_in_output_or_traces(
             assert secret not in output
 
 
+def _traced(path: Path) -> list[str]:
+    """git-mgit's own lines in a GIT_TRACE file (git's lines quote its argv)."""
+    return [line for line in path.read_text().splitlines() if "trace git-mgit" in line]
+
+
+def test_a_token_as_the_remotes_username_stays_out_of_errors_traces_and_files(
+    tmp_path: Path, workrepo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`https://TOKEN@host/org/repo.git`, as GitHub's and the Hub's users write it: git
+    credential is asked with that username, and nothing else sees it: not the refusal's
+    message, not GIT_TRACE, not .git/mgit/lfs-access (which keeps the URL without it, and
+    loses it where an earlier git-mgit wrote it)."""
+    token = f"ghp_{secrets.token_hex(12)}"
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with LfsServer(tmp_path / "server", token, "the-password") as server:
+        server.store_credentials(tmp_path / "creds")
+        url = server.repo_url().replace("://", f"://{token}@", 1)
+        run_git("remote", "add", "origin", url, cwd=workrepo)
+        remembered = workrepo / ".git" / "mgit" / "lfs-access"
+        remembered.parent.mkdir(parents=True)
+        remembered.write_text(f"{url}\n")  # as git-mgit wrote it before
+        trace = tmp_path / "trace.log"
+        monkeypatch.setenv("GIT_TRACE", str(trace))
+        objects = blobs(100)
+        store = store_for(workrepo)
+        assert remembered.read_text() == f"{server.repo_url()}\n"
+        assert store.upload(list(objects), objects.__getitem__) == 1
+        store.close()
+        assert not [h for h in server.requests if h.status == 401]  # known to ask: sent at once
+
+        server.store_credentials(tmp_path / "creds", password="not-the-password")
+        auth.forget()
+        with pytest.raises(BlobStoreError, match="refused the credentials") as failure:
+            store_for(workrepo).missing(list(objects))
+    message = str(failure.value)
+    assert "\n" not in message
+    assert any("filled credentials for" in line for line in _traced(trace))
+    written = [p.read_text() for p in (workrepo / ".git" / "mgit").rglob("*") if p.is_file()]
+    for text in [message, *_traced(trace), *written]:
+        assert token not in text
+
+
+def test_credentials_are_keyed_by_origin_with_the_default_port_made_explicit(
+    tmp_path: Path,
+) -> None:
+    """https://h and https://h:443 are one origin: storage hrefs there, either way, share one
+    credential URL (the origin: no user, path or query); the remote's URL serves an LFS URL
+    that spells the port out; the access file keeps each URL once, without its user."""
+    endpoint = Endpoint(
+        "https://lfs.example/org/repo.git/info/lfs",
+        False,
+        "lfs.url",
+        "https://tok3n@lfs.example:443/org/repo.git",
+    )
+    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts())
+    api = BatchApi(endpoint, http, RetryPolicy(), None, "Git LFS")
+    storage = ["https://S3.example:443/b/1?X-Amz-Signature=s1", "https://u@s3.example/b/2"]
+    assert {api.credential_url(href) for href in storage} == {"https://s3.example"}
+    batch_url = "https://lfs.example:443/org/repo.git/info/lfs/objects/batch"
+    assert api.credential_url(batch_url) == "https://tok3n@lfs.example:443/org/repo.git"
+    modes = AccessModes(tmp_path / "lfs-access")
+    modes.remember(api.credential_url(batch_url))
+    modes.remember("https://lfs.example/org/repo.git")
+    assert (tmp_path / "lfs-access").read_text() == "https://lfs.example/org/repo.git\n"
+    assert AccessModes(tmp_path / "lfs-access").asks("https://other@lfs.example/org/repo.git")
+
+
 class _Redirector(BaseHTTPRequestHandler):
     """Asks for Basic credentials, then redirects to `server.target` (another host)."""
 
@@ -883,3 +953,111 @@ def test_a_refused_action_is_renewed_once(lfs_repo: Path, proxied: FaultProxy) -
     proxied.fail("GET", "/objects/storage/", status=403, times=2)
     with pytest.raises(BlobStoreError, match=r"downloading object sha256:\w{12} failed \(HTTP 403"):
         list(store.download(list(objects)))
+
+
+_SIGNATURE = "X-Amz-Signature=" + "5ec12e7" * 8
+
+
+def _answer(proxy: FaultProxy, hrefs: dict[Pointer, str]) -> None:
+    """The next batch request gets these download hrefs from the proxy, as a host's
+    Batch API would hand out pre-signed ones (giftless's point at itself)."""
+    objects = [
+        {"oid": p.oid, "size": p.size, "actions": {"download": {"href": href}}}
+        for p, href in hrefs.items()
+    ]
+    proxy.fail("POST", "/objects/batch", status=200, body=json.dumps({"objects": objects}).encode())
+
+
+@pytest.mark.parametrize(
+    ("href", "location"),
+    [
+        ("{proxy}/o/{oid}?{signature}&name=a b", None),  # a space in the query
+        ("{proxy}/o/{oid}\x01?{signature}", None),  # a control character in the path
+        ("http://127.0.0.1:99999/{oid}?{signature}", None),  # a port out of range
+        (None, "http://127.0.0.1:99999/{oid}?{signature}"),  # the same, where a redirect points
+    ],
+)
+def test_an_href_no_request_can_go_to_fails_at_once_in_one_line(
+    lfs_repo: Path,
+    proxied: FaultProxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    href: str | None,
+    location: str | None,
+) -> None:
+    """An href (or a redirect's Location) that no request can be sent to fails its object
+    at once, in one printable line that shows no query: no retry mends it, and the
+    signature its query holds reaches neither the message nor GIT_TRACE."""
+    objects = blobs(5000)
+    (pointer,) = objects
+    store = store_for(lfs_repo)
+    store.upload(list(objects), objects.__getitem__)
+    given = {"proxy": proxied.url, "oid": pointer.oid, "signature": _SIGNATURE}
+    if href is not None:
+        _answer(proxied, {pointer: href.format(**given)})
+    else:
+        location = (location or "").format(**given)
+        proxied.fail("GET", "/objects/storage/", status=302, headers={"Location": location})
+    trace = tmp_path / "trace.log"
+    monkeypatch.setenv("GIT_TRACE", str(trace))
+    with pytest.raises(BlobStoreError, match="not a URL a request can go to") as failure:
+        list(store.download(list(objects)))
+    message = str(failure.value)
+    assert message.isprintable() and _SIGNATURE not in message
+    traced = _traced(trace)
+    assert traced and not [line for line in traced if _SIGNATURE in line or "; retry" in line]
+    assert proxied.armed == 0
+    assert proxied.count("GET") == (0 if href else 1)  # never sent again
+
+
+def test_a_retry_after_that_is_no_number_waits_as_usual_and_frees_its_connection(
+    lfs_repo: Path, proxied: FaultProxy
+) -> None:
+    """`Retry-After: ²` is a digit to str.isdigit, not to float(): it is no Retry-After, and
+    the usual backoff applies. Each refused request hands its connection back: with one
+    transfer slot (connections for two requests), three refusals still end in an answer."""
+    run_git("config", "lfs.concurrenttransfers", "1", cwd=lfs_repo)
+    objects = blobs(5000)
+    proxied.fail("POST", "/objects/batch", status=503, headers={"Retry-After": "\u00b2"}, times=3)
+    assert store_for(lfs_repo).upload(list(objects), objects.__getitem__) == 1
+    batches = [r.status for r in proxied.requests if r.target.endswith("/objects/batch")]
+    assert batches == [503, 503, 503, 401, 200]
+
+
+# -- storage on another host -----------------------------------------------------------
+
+
+def test_storage_on_another_host_asks_for_credentials_once_for_all_its_objects(
+    lfs_server: LfsServer,
+    lfs_repo: Path,
+    proxied: FaultProxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hrefs on another origin that asks for HTTP Basic (the server's storage, by another
+    name): the first object's 401 fills credentials for that origin once; every later
+    object carries them, as git-lfs reuses them, and the repository remembers the origin
+    (not each href), so the next process sends them from its first request."""
+    objects = blobs(1000, 2000, 3000)
+    store_for(lfs_repo).upload(list(objects), objects.__getitem__)
+    (lfs_repo / ".git" / "mgit" / "lfs-access").unlink()  # the batch API: asked afresh
+    storage = f"http://localhost:{lfs_server.url.rsplit(':', 1)[1]}"
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    lfs_server.store_credentials(tmp_path / "creds", also=(proxied.url, storage))
+    log = tmp_path / "helper.log"
+    helper = f"!f() {{ echo $1 >>{log}; git credential-store --file={tmp_path / 'creds'} $1; }}; f"
+    run_git("config", "--global", "credential.helper", helper, cwd=lfs_repo)
+    run_git("config", "lfs.concurrenttransfers", "1", cwd=lfs_repo)
+    hrefs = {p: f"{storage}/org/repo.git/info/lfs/objects/storage/{p.oid}" for p in objects}
+
+    def refused() -> int:
+        return sum(h.status == 401 and "/objects/storage/" in h.path for h in lfs_server.requests)
+
+    for process in range(2):
+        auth.forget()
+        _answer(proxied, hrefs)
+        assert dict(store_for(lfs_repo).download(list(objects))) == objects
+        assert refused() == 1  # the first object's, in the first process only
+        if process == 0:
+            assert log.read_text() == "get\nstore\n"
+    assert (lfs_repo / ".git" / "mgit" / "lfs-access").read_text() == f"{storage}\n"

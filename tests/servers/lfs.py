@@ -169,7 +169,7 @@ class _Handler(WSGIRequestHandler, _GitHttpHandler):
             if verdict != "token":
                 del self.headers["Authorization"]
             if verdict == "basic":
-                self.headers["Authorization"] = f"Bearer {self.server.gate.token}"
+                self.headers["Authorization"] = f"Bearer {self.server.gate.token(self.path)}"
             self.run_wsgi()  # giftless, through _logged
 
     def _challenge(self, lfs: bool) -> None:
@@ -188,10 +188,18 @@ class _Handler(WSGIRequestHandler, _GitHttpHandler):
 class _Gate:
     """HTTP Basic with the test's username and password; giftless's own tokens on LFS paths."""
 
-    def __init__(self, username: str, password: str, token: str) -> None:
+    def __init__(self, username: str, password: str) -> None:
         raw = f"{username}:{password}".encode()
         self._expected = base64.b64encode(raw)
-        self.token = token
+        self._username = username
+
+    def token(self, path: str) -> str:
+        """giftless's token for what HTTP Basic opens: every object of the repository `path`
+        is in (`obj:org/repo/*`; giftless's `obj:*` opens batch requests, not storage hrefs:
+        a test's storage on another host gets Basic credentials, as a host's would)."""
+        repo = urlsplit(path).path.partition("/info/lfs")[0].strip("/").removesuffix(".git")
+        claims = {"sub": self._username, "exp": int(time.time()) + _TOKEN_LIFETIME_S}
+        return jwt.encode({**claims, "scopes": [f"obj:{repo}/*"]}, _KEY, algorithm="HS256")
 
     def admit(self, authorization: str | None, path: str, lfs: bool) -> str | None:
         """ "signed" (a pre-signed href: its query's token, whatever else the request
@@ -228,11 +236,6 @@ class LfsServer:
         self.git_root = root / "git"
         self.storage = root / "lfs-storage"
         self.git_root.mkdir(parents=True, exist_ok=True)
-        token = jwt.encode(
-            {"sub": username, "exp": int(time.time()) + _TOKEN_LIFETIME_S, "scopes": ["obj:*"]},
-            _KEY,
-            algorithm="HS256",
-        )
         self.log = RequestLog()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
         server: BaseWSGIServer = make_server(
@@ -250,7 +253,7 @@ class LfsServer:
         server.started = self.log.started  # type: ignore[attr-defined]
         server.finished = self.log.finished  # type: ignore[attr-defined]
         server.log = self.log  # type: ignore[attr-defined]
-        server.gate = _Gate(username, password, token)  # type: ignore[attr-defined]
+        server.gate = _Gate(username, password)  # type: ignore[attr-defined]
         self._server = server
         self.url = f"{'http' if tls is None else 'https'}://127.0.0.1:{server.port}"
         self._thread = threading.Thread(

@@ -5,7 +5,10 @@ headers; an https one's to `<endpoint>/objects/batch`, with git's credentials
 once the server asks for them. git credential is asked about the git
 remote's URL when it is on the same scheme and host as the LFS server (so the
 credentials git already uses serve LFS too), else about the LFS URL, and for
-storage on another host, about that host (lfsapi/auth.go, getCredURLForAPI).
+storage on another origin, about that origin: filled once, its credentials go
+with every later object there (lfsapi/auth.go, getCredURLForAPI; git-lfs's
+credential cache is keyed by protocol and host). Origins compare with default
+ports explicit: https://h and https://h:443 are one.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from git_mgit.transfer.stores.lfs import batch
 from git_mgit.transfer.stores.lfs.batch import Answer
 from git_mgit.transfer.stores.lfs.endpoint import Endpoint
 from git_mgit.transfer.stores.lfs.http import Http, read_body
+from git_mgit.transfer.stores.lfs.policy import origin, site
 from git_mgit.transfer.stores.lfs.retry import RetryPolicy
 from git_mgit.transfer.stores.lfs.sshauth import SshAuthenticator
 
@@ -61,12 +65,13 @@ class BatchApi:
         return self.retry.run(f"the batch {operation} request to {self.where}", attempt)
 
     def credential_url(self, url: str) -> str:
-        """The URL `git credential` is asked about for a request to `url`."""
+        """The URL `git credential` is asked about for a request to `url`: for storage on
+        another origin, that origin's site, so its every object shares one fill."""
         api = self.endpoint.url
-        if _scheme_host(url) != _scheme_host(api):
-            return _bare(url)
+        if origin(url) != origin(api):
+            return site(url)
         remote = self.endpoint.remote_url
-        if remote and "://" in remote and _scheme_host(remote) == _scheme_host(api):
+        if remote and "://" in remote and origin(remote) == origin(api):
             return _bare(remote)
         return _bare(api)
 
@@ -76,11 +81,6 @@ class BatchApi:
             if auth.href:
                 return auth.href, dict(auth.header)
         return self.endpoint.url, {}
-
-
-def _scheme_host(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    return parts.scheme.lower(), parts.netloc.rpartition("@")[2].lower()
 
 
 def _bare(url: str) -> str:

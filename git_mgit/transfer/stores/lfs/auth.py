@@ -20,6 +20,7 @@ from pathlib import Path
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.creds import Credential, GitCredentials
+from git_mgit.transfer.stores.lfs.policy import redact
 
 _lock = threading.Lock()
 _filled: dict[str, Credential] = {}  # credential URL -> what git filled, for this process
@@ -28,28 +29,35 @@ _approved: set[str] = set()
 
 class AccessModes:
     """The credential URLs known to ask for credentials (git-lfs's `basic` access mode),
-    kept in `path` (one URL a line: no user's password is ever in one, see api._bare)."""
+    kept in `path` one a line, each as policy.redact shows it: no user (a remote's user may
+    be a token), password or query, and https://h:443 is https://h."""
 
     def __init__(self, path: Path | None = None) -> None:
         self._path = path
         self._urls: set[str] = set()
         if path is not None:
             with contextlib.suppress(OSError):
-                self._urls = set(path.read_text().split())
+                lines = path.read_text().split()
+                self._urls = {redact(url) for url in lines}
+                if self._urls != set(lines):  # written before users were left out: scrub it
+                    self._save()
 
     def asks(self, cred_url: str) -> bool:
-        return cred_url in self._urls
+        return redact(cred_url) in self._urls
 
     def add(self, cred_url: str) -> None:
         """Known to ask, for this process (what git-lfs's config says)."""
-        self._urls.add(cred_url)
+        self._urls.add(redact(cred_url))
 
     def remember(self, cred_url: str) -> None:
         """Known to ask, for later processes too (a file that cannot be written is only a
         round trip lost)."""
-        if cred_url in self._urls:
+        if self.asks(cred_url):
             return
-        self._urls.add(cred_url)
+        self.add(cred_url)
+        self._save()
+
+    def _save(self) -> None:
         if self._path is None:
             return
         with contextlib.suppress(OSError):

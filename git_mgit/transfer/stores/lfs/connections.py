@@ -168,7 +168,8 @@ class Pool:
         headers: dict[str, str],
     ) -> Response:
         """Send one request and read its status and headers; the body is the caller's.
-        Raises ValueError for a URL that is not http(s), OSError (ssl.SSLError for TLS) or
+        Raises ValueError for a URL that is not http(s) or has a bad port, InvalidURL for
+        one with spaces or control characters, OSError (ssl.SSLError for TLS) or
         http.client.HTTPException on failure, BlobStoreError for settings that cannot be
         used (a proxy, a CA file)."""
         home = self._origin(url)

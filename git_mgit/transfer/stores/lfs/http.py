@@ -18,16 +18,16 @@ import re
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.client import HTTPException
+from http.client import HTTPException, InvalidURL
 from typing import TypeVar
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 from git_mgit.transfer.stores.blobs import BlobStoreError, Body
 from git_mgit.transfer.stores.lfs.auth import Access
 from git_mgit.transfer.stores.lfs.connections import Pool, Response
 from git_mgit.transfer.stores.lfs.creds import Credential
 from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig
-from git_mgit.transfer.stores.lfs.policy import may_send_credentials, origin, redact
+from git_mgit.transfer.stores.lfs.policy import may_send_credentials, origin, redact, site
 from git_mgit.transfer.stores.lfs.retry import Transient, retry_after, transient
 from git_mgit.transfer.stores.lfs.trace import trace
 
@@ -37,6 +37,7 @@ USER_AGENT = "git-mgit (git-lfs compatible)"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 5
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"\]\)]+)")
+_QUOTES = re.compile(r"['\"/?]|http", re.IGNORECASE)  # a reason that may quote a URL
 
 
 @dataclass(frozen=True)
@@ -95,36 +96,41 @@ class Http:
             if sent is not None:
                 wire["Authorization"] = sent.authorization()
             response = self._request(method, url, wire, body)
-            status = response.status
-            if status in _REDIRECTS and response.headers.get("Location"):
-                _discard(response)
-                target = urljoin(url, response.headers["Location"])
-                if origin(target) != origin(url):
-                    headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-                    cred_url, sent = None, None
-                if status == 303 or (status in (301, 302) and method == "POST"):
-                    method, body = "GET", None
-                    headers = {k: v for k, v in headers.items() if k.lower() != "content-length"}
-                url = target
-                continue
-            if status == 401 and cred_url is not None:
-                _discard(response)
-                if sent is not None:
-                    self._access.reject(cred_url, sent)
-                    raise BlobStoreError(
-                        f"{redact(url)} refused the credentials git's credential helper gave "
-                        f"for {urlsplit(cred_url).netloc} (HTTP 401) and they were rejected "
-                        "(git credential reject); store the right ones in your credential helper"
+            try:
+                status = response.status
+                if status in _REDIRECTS and response.headers.get("Location"):
+                    _discard(response)
+                    target = urljoin(url, response.headers["Location"])
+                    if origin(target) != origin(url):
+                        headers = _without(headers, "authorization")
+                        cred_url, sent = None, None
+                    if status == 303 or (status in (301, 302) and method == "POST"):
+                        method, body = "GET", None
+                        headers = _without(headers, "content-length")
+                    url = target
+                    continue
+                if status == 401 and cred_url is not None:
+                    _discard(response)
+                    if sent is not None:
+                        self._access.reject(cred_url, sent)
+                        raise BlobStoreError(
+                            f"{redact(url)} refused the credentials git's credential helper "
+                            f"gave for {site(cred_url)} (HTTP 401) and they were rejected "
+                            "(git credential reject); store the right ones in your credential helper"
+                        )
+                    sent = self._access.fill(cred_url, None)
+                    continue
+                if sent is not None and cred_url is not None and 200 <= status < 300:
+                    self._access.approve(cred_url, sent)
+                if transient(status):
+                    _discard(response)
+                    raise Transient(
+                        f"HTTP {status} from {redact(url)}", retry_after(response.headers)
                     )
-                sent = self._access.fill(cred_url, None)
-                continue
-            if sent is not None and cred_url is not None and 200 <= status < 300:
-                self._access.approve(cred_url, sent)
-            if transient(status):
-                wait = retry_after(response.headers)
-                _discard(response)
-                raise Transient(f"HTTP {status} from {redact(url)}", wait)
-            return response
+                return response
+            except BaseException:  # whatever failed, the connection goes back (closed if unread)
+                response.release()
+                raise
         raise BlobStoreError(
             f"{redact(url)}: more than {_MAX_REDIRECTS} redirects; check the LFS URL"
         )
@@ -153,10 +159,11 @@ class Http:
             raise BlobStoreError(
                 f"{redact(url)}: TLS failed (certificate or protocol); check the server's certificate"
             ) from None
-        except ValueError:  # a scheme or port no request can go to, from an answer or redirect
+        except (ValueError, InvalidURL):  # from an answer or redirect: no retry mends it
             raise BlobStoreError(
-                f"{redact(url)}: not an http(s) URL the LFS server could send us to; check the "
-                "LFS URL, or tell the server's operator"
+                f"{redact(url)}: not a URL a request can go to (not http(s), a bad port, or "
+                "spaces or control characters in it); check the LFS URL, or report it to the "
+                "LFS server's operator"
             ) from None
         except (OSError, HTTPException) as exc:
             if str(exc).startswith("Tunnel connection failed: 407"):  # http.client's words
@@ -233,13 +240,14 @@ def _released(response: Response, url: str, read: Callable[[], tuple[T, bool]]) 
 
 
 def describe(exc: BaseException) -> str:
-    """A connection's failure in a few words, never its URL (hrefs carry tokens in queries)."""
+    """A connection's failure in a few words, never its URL or anything it quotes (hrefs
+    carry tokens in queries)."""
     name = type(exc).__name__
     errno = _ERRNO.search(str(exc))
     if errno:
         return f"{name}: {errno[1].strip()}"
     reason = exc.args[0] if exc.args else None
-    if isinstance(reason, str) and "http" not in reason.lower():
+    if isinstance(reason, str) and not _QUOTES.search(reason):
         return f"{name}: {reason}"
     return name
 
@@ -249,6 +257,11 @@ def _under(extra: list[tuple[str, str]], headers: dict[str, str]) -> dict[str, s
     own value (an action's Authorization over a CI token), as git-lfs sets them."""
     own = {name.lower() for name in headers}
     return {**{k: v for k, v in extra if k.lower() not in own}, **headers}
+
+
+def _without(headers: dict[str, str], name: str) -> dict[str, str]:
+    """`headers` less `name` (lower case), whatever its case there."""
+    return {k: v for k, v in headers.items() if k.lower() != name}
 
 
 def _has_auth(headers: dict[str, str]) -> bool:

@@ -3,15 +3,20 @@
 Credentials (git's, git-lfs-authenticate's, a server's action tokens) travel
 only over https, or plain http to this machine's loopback, and only to the
 host they were meant for. Any URL a user sees has no user, password, query
-or fragment: pre-signed hrefs carry tokens in their query strings.
+or fragment: pre-signed hrefs carry tokens in their query strings (and a
+remote's user may be a token). Credentials are keyed by a URL's site:
+scheme://host[:port], where https://h and https://h:443 are one.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from urllib.parse import urlsplit
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_UNSHOWN = re.compile(r"[\x00-\x20\x7f-\x9f]")
 
 
 def is_loopback(host: str) -> bool:
@@ -35,18 +40,31 @@ def may_send_credentials(url: str) -> bool:
 
 
 def origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) with the default port made explicit: who a request goes to."""
+    """(scheme, host, port) with the default port made explicit: who a request goes to.
+    The port is None where no request can go: not http(s), or a port that is no number
+    or out of range (a server's href or redirect may hold anything)."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    default = {"http": 80, "https": 443}.get(scheme)
-    return scheme, (parts.hostname or "").lower(), parts.port or default
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def site(url: str) -> str:
+    """`scheme://host[:port]`, the port only when not the scheme's default (https://h and
+    https://h:443 are one site), never a user or password: how credentials are keyed."""
+    scheme, host, port = origin(url)
+    if port is None:  # a bad port (or an unknown scheme's): shown as written
+        return f"{scheme}://{urlsplit(url).netloc.rpartition('@')[2]}"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}{'' if port == _DEFAULT_PORTS.get(scheme) else f':{port}'}"
 
 
 def redact(url: str) -> str:
-    """`url` as messages and traces show it: scheme, host, port and path only."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
+    """`url` as messages, traces and files show it: its site and path only, control
+    characters and spaces %-escaped (one line, nothing a terminal acts on)."""
+    shown = site(url) + urlsplit(url).path
+    return _UNSHOWN.sub(lambda m: f"%{ord(m[0]):02X}", shown)

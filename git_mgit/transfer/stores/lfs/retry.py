@@ -93,7 +93,7 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # str.isdigit alone takes "²", which float() does not
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)

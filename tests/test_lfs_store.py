@@ -815,6 +815,50 @@ def test_a_redirect_to_another_host_drops_authorization(
             server.server_close()
 
 
+class _Hops(BaseHTTPRequestHandler):
+    """`/hop/N`: 401 without credentials, else a redirect to `/hop/N-1`; `/hop/0` is 200."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        hops = int(self.path.rsplit("/", 1)[1])
+        if not self.headers.get("Authorization"):
+            status, extra = 401, ("WWW-Authenticate", 'Basic realm="r"')
+        elif hops:
+            status, extra = 307, ("Location", f"/hop/{hops - 1}")
+        else:
+            status, extra = 200, ("X-Hops", "0")
+        self.send_response(status)
+        self.send_header(*extra)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_401_answered_with_credentials_is_no_redirect(
+    lfs_server: LfsServer, tmp_path: Path
+) -> None:
+    """Five redirects are followed after the server asked for credentials; a sixth is one
+    line."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hops)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    lfs_server.store_credentials(tmp_path / "git-credentials", also=(url,))
+    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0))
+    try:
+        response = http.send("GET", f"{url}/hop/5", headers={}, cred_url=f"{url}/")
+        assert response.status == 200
+        response.drain()
+        with pytest.raises(BlobStoreError, match="more than 5 redirects"):
+            http.send("GET", f"{url}/hop/6", headers={}, cred_url=f"{url}/")
+    finally:
+        http.close()
+        server.shutdown()
+        server.server_close()
+
+
 def test_credentials_go_over_https_or_to_loopback_only(tmp_path: Path) -> None:
     allowed = ["https://example.org/x", "http://127.0.0.1:8080/x", "http://127.4.5.6/x"]
     allowed += ["http://localhost/x", "http://[::1]:9/x"]

@@ -91,7 +91,8 @@ class Http:
         if _has_auth(_under(self._config.headers(url), headers)):
             cred_url = None
         sent: Credential | None = self._access.current(cred_url) if cred_url else None
-        for _ in range(_MAX_REDIRECTS + 1):
+        redirects = 0  # a 401 answered with credentials is no redirect
+        while True:
             wire = _under(self._config.headers(url), headers)
             if sent is not None:
                 wire["Authorization"] = sent.authorization()
@@ -100,6 +101,11 @@ class Http:
                 status = response.status
                 if status in _REDIRECTS and response.headers.get("Location"):
                     _discard(response)
+                    redirects += 1
+                    if redirects > _MAX_REDIRECTS:
+                        raise BlobStoreError(
+                            f"{redact(url)}: more than {_MAX_REDIRECTS} redirects; check the LFS URL"
+                        )
                     target = urljoin(url, response.headers["Location"])
                     if origin(target) != origin(url):
                         headers = _without(headers, "authorization")
@@ -131,9 +137,6 @@ class Http:
             except BaseException:  # whatever failed, the connection goes back (closed if unread)
                 response.release()
                 raise
-        raise BlobStoreError(
-            f"{redact(url)}: more than {_MAX_REDIRECTS} redirects; check the LFS URL"
-        )
 
     def _request(
         self,

@@ -22,6 +22,7 @@ _ENTRIES = [
     ("http.https://example.com/org/repo.git/.sslverify", "repo"),
     ("http.https://*.example.com.sslverify", "wildcard"),
     ("http.https://lfs.example.com.sslverify", "lfs-host"),
+    ("http.https://foo*.example.com.sslverify", "partial-label"),  # git: no match
     ("http.https://alice@example.com/org.sslverify", "alice-org"),
     ("http.https://example.com:8443.sslverify", "port"),
     ("http.http://example.com.sslverify", "http"),
@@ -39,6 +40,7 @@ _URLS = [
     "https://lfs.example.com/objects/1",
     "https://cdn.example.com/objects/1",
     "https://a.b.example.com/objects/1",
+    "https://foobar.example.com/objects/1",
     "https://example.com:443/org/x",
     "https://example.com:8443/x",
     "http://example.com/org/x",
@@ -86,6 +88,18 @@ def _proxy_of(config: HttpConfig, url: str) -> str | None:
     return None if proxy is None else proxy.shown
 
 
+def test_booleans_paths_and_wildcards_as_git_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/me")
+    for value, verify in (("", False), ("00", False), ("off", False), ("1", True), ("yes", True)):
+        assert HttpConfig([("http.sslverify", value)], env={}).route("https://h/").tls.verify is (
+            verify
+        )
+    assert not HttpConfig([], env={"GIT_SSL_NO_VERIFY": ""}).route("https://h/").tls.verify
+    tilde = HttpConfig([("http.sslcainfo", "~/tls/ca.pem")], env={})
+    assert tilde.route("https://h/").tls.ca_file == "/home/me/tls/ca.pem"
+    assert HttpConfig([], env={}).headers("https://[::1/broken") == []  # unparsable: no match
+
+
 def test_the_proxy_from_config_else_the_environment_as_curl_reads_it() -> None:
     env = {
         "https_proxy": "http://secure-proxy:3128",
@@ -101,8 +115,18 @@ def test_the_proxy_from_config_else_the_environment_as_curl_reads_it() -> None:
     assert _proxy_of(config, "http://localhost:8080/x") is None
     everything = HttpConfig([], env={"ALL_PROXY": "all"})
     assert _proxy_of(everything, "http://h/") == "http://all:1080"  # curl's default port
-    bypassed = HttpConfig([], env={**env, "NO_PROXY": "*", "no_proxy": ""})
-    assert bypassed.route("https://h/") == Route()
+    everywhere = {k: v for k, v in env.items() if k != "no_proxy"}
+    assert HttpConfig([], env={**everywhere, "NO_PROXY": "*"}).route("https://h/") == Route()
+    # as curl: a no_proxy that is set, even empty, is the one read; `*` counts only alone;
+    # address ranges; an empty proxy variable means no proxy, not the next variable
+    assert _proxy_of(HttpConfig([], env={**env, "no_proxy": "", "NO_PROXY": "h"}), "https://h/")
+    assert _proxy_of(HttpConfig([], env={**env, "no_proxy": "localhost,*"}), "https://h/")
+    ranges = HttpConfig([], env={**env, "no_proxy": "10.0.0.0/8, 127.0.0.1/32"})
+    assert _proxy_of(ranges, "https://10.1.2.3/x") is None
+    assert _proxy_of(ranges, "http://127.0.0.1:8080/x") is None
+    assert _proxy_of(ranges, "https://11.1.2.3/x") == "http://secure-proxy:3128"
+    unset = HttpConfig([], env={"http_proxy": "", "all_proxy": "http://all:8080"})
+    assert _proxy_of(unset, "http://h/") is None
     configured = [
         ("http.proxy", "http://te%40m:p%3Ass@team-proxy:8080"),
         ("http.https://direct.example.com.proxy", ""),
@@ -111,6 +135,8 @@ def test_the_proxy_from_config_else_the_environment_as_curl_reads_it() -> None:
     credentials = base64.b64encode(b"te@m:p:ss").decode()
     assert team == Proxy("team-proxy", 8080, f"Basic {credentials}", "http://team-proxy:8080")
     assert HttpConfig(configured, env=env).route("https://direct.example.com/").proxy is None
+    # no_proxy holds for http.proxy too, as git hands it to curl
+    assert HttpConfig(configured, env=env).route("https://lfs.internal.example.com/").proxy is None
 
 
 def test_a_proxy_this_client_cannot_use_is_one_line_without_its_password() -> None:

@@ -165,3 +165,14 @@ def test_a_token_in_http_extraheader_authorizes_without_a_credential_helper(
     run_git("config", "--global", key, f"AUTHORIZATION: basic {token}", cwd=tmp_path)
     _push_and_clone(lfs_server, tmp_path)
     assert not [h for h in lfs_server.requests if h.lfs and h.status == 401]
+
+
+def test_gits_ca_is_trusted_beside_the_systems(certificates: Certificates) -> None:
+    """`http.sslCAInfo` adds a CA to the system's (as git-lfs does): storage hrefs on a
+    public host stay trusted when the CA named only signs the company's git server."""
+    from git_mgit.transfer.stores.lfs.connections import _context
+    from git_mgit.transfer.stores.lfs.httpconfig import Tls
+
+    ours = _context(Tls(ca_file=str(certificates.ca))).get_ca_certs()
+    assert any(dict(c["subject"][0]).get("commonName") == "git-mgit test CA" for c in ours)
+    assert len(ours) > 1  # the system's too

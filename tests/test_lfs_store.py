@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -36,6 +37,7 @@ from git_mgit.transfer.stores.lfs.creds import GitCredentials
 from git_mgit.transfer.stores.lfs.endpoint import Endpoint, SshTarget
 from git_mgit.transfer.stores.lfs.gitconfig import LfsConfig
 from git_mgit.transfer.stores.lfs.http import Http, Timeouts, read_body, read_object
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig
 from git_mgit.transfer.stores.lfs.retry import RetryPolicy, Transient
 from git_mgit.transfer.stores.lfs.sshauth import ssh_argv
 from git_mgit.transfer.stores.registry import Opening
@@ -859,6 +861,51 @@ def test_a_401_answered_with_credentials_is_no_redirect(
         server.server_close()
 
 
+class _PathScoped(BaseHTTPRequestHandler):
+    """`/a`: 401 without credentials, else a redirect to `/ci/b`, which records the
+    Authorization headers it was sent."""
+
+    protocol_version = "HTTP/1.1"
+    seen: ClassVar[list[list[str]]] = []
+
+    def do_GET(self) -> None:
+        given = self.headers.get_all("Authorization") or []
+        if self.path != "/a":
+            self.seen.append(given)
+            self.send_response(200)
+        elif given:
+            self.send_response(307)
+            self.send_header("Location", "/ci/b")
+        else:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="r"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_path_scoped_extra_authorization_replaces_gits_credentials_after_a_redirect(
+    lfs_server: LfsServer, tmp_path: Path
+) -> None:
+    """git's credentials open `/a`, which redirects into `/ci/`, where `http.<url>/ci/`'s
+    extraHeader carries its own Authorization: that one alone is sent there."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PathScoped)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    lfs_server.store_credentials(tmp_path / "git-credentials", also=(url,))
+    config = HttpConfig([(f"http.{url}/ci/.extraheader", "AUTHORIZATION: Bearer ci-token")])
+    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), config)
+    try:
+        http.send("GET", f"{url}/a", headers={}, cred_url=f"{url}/").drain()
+        assert _PathScoped.seen == [["Bearer ci-token"]]
+    finally:
+        http.close()
+        server.shutdown()
+        server.server_close()
+
+
 def test_credentials_go_over_https_or_to_loopback_only(tmp_path: Path) -> None:
     allowed = ["https://example.org/x", "http://127.0.0.1:8080/x", "http://127.4.5.6/x"]
     allowed += ["http://localhost/x", "http://[::1]:9/x"]
@@ -870,6 +917,11 @@ def test_credentials_go_over_https_or_to_loopback_only(tmp_path: Path) -> None:
     with pytest.raises(BlobStoreError, match="refusing to send credentials over plain http"):
         # Refused before any connection is made: no traffic leaves this machine.
         http.send("GET", "http://lfs.example.org/o?jwt=t0ken", headers={"Authorization": "x"})
+    # loopback, but through a proxy on another machine: the bytes would cross the network
+    proxied = HttpConfig([("http.proxy", "http://proxy.example.org:3128")], env={})
+    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(), proxied)
+    with pytest.raises(BlobStoreError, match="through a proxy"):
+        http.send("GET", "http://127.0.0.1:9/o", headers={"Authorization": "x"})
 
 
 def test_an_ssh_remote_authenticates_through_git_lfs_authenticate(
@@ -1019,6 +1071,8 @@ def _answer(proxy: FaultProxy, hrefs: dict[Pointer, str]) -> None:
         ("{proxy}/o/{oid}\x01?{signature}", None),  # a control character in the path
         ("http://127.0.0.1:99999/{oid}?{signature}", None),  # a port out of range
         (None, "http://127.0.0.1:99999/{oid}?{signature}"),  # the same, where a redirect points
+        ("https://[::1/{oid}?{signature}", None),  # a host that cannot be taken apart
+        (None, "https://[::1/{oid}?{signature}"),
     ],
 )
 def test_an_href_no_request_can_go_to_fails_at_once_in_one_line(

@@ -5,8 +5,8 @@ or idle; a thread that finds them all busy waits for one, so every transfer
 thread and the caller's batch requests each get one. A connection goes back
 to the pool only when its response was read to the end and the server did
 not close it; an idle one the server closed meanwhile is dropped before use.
-HTTPS verifies the server's certificate and name against the system's CAs,
-or those git's `http.sslCAInfo` / `http.sslCAPath` name (httpconfig.py says
+HTTPS verifies the server's certificate and name against the system's CAs
+and those git's `http.sslCAInfo` / `http.sslCAPath` name (httpconfig.py says
 what the client takes from git's `http.*` settings). A server behind a proxy
 is reached through it: a CONNECT tunnel for https, absolute-URI requests for
 http. The connect timeout covers opening a connection, the read timeout each
@@ -230,7 +230,9 @@ class Pool:
 def _context(tls: Tls) -> SSLContext:
     """A client context as git's settings ask; BlobStoreError naming the file it cannot use."""
     try:
-        context = ssl.create_default_context(cafile=tls.ca_file, capath=tls.ca_path)
+        context = ssl.create_default_context()  # the system's CAs, and git's on top (git-lfs's way)
+        if tls.ca_file or tls.ca_path:
+            context.load_verify_locations(cafile=tls.ca_file, capath=tls.ca_path)
         if tls.cert:
             context.load_cert_chain(tls.cert, tls.key)
     except (OSError, ssl.SSLError) as exc:

@@ -27,7 +27,13 @@ from git_mgit.transfer.stores.lfs.auth import Access
 from git_mgit.transfer.stores.lfs.connections import Pool, Response
 from git_mgit.transfer.stores.lfs.creds import Credential
 from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig
-from git_mgit.transfer.stores.lfs.policy import may_send_credentials, origin, redact, site
+from git_mgit.transfer.stores.lfs.policy import (
+    may_send_credentials,
+    origin,
+    parsable,
+    redact,
+    site,
+)
 from git_mgit.transfer.stores.lfs.retry import Transient, retry_after, transient
 from git_mgit.transfer.stores.lfs.trace import trace
 
@@ -88,13 +94,16 @@ class Http:
         Raises Transient for a connection failure or a status worth retrying.
         """
         headers = {"User-Agent": USER_AGENT, **headers}
+        _check(url)
         if _has_auth(_under(self._config.headers(url), headers)):
             cred_url = None
         sent: Credential | None = self._access.current(cred_url) if cred_url else None
         redirects = 0  # a 401 answered with credentials is no redirect
         while True:
             wire = _under(self._config.headers(url), headers)
-            if sent is not None:
+            if _has_auth(wire):  # its own, or an extra header's (a path's, after a redirect)
+                cred_url, sent = None, None
+            elif sent is not None:
                 wire["Authorization"] = sent.authorization()
             response = self._request(method, url, wire, body)
             try:
@@ -106,7 +115,7 @@ class Http:
                         raise BlobStoreError(
                             f"{redact(url)}: more than {_MAX_REDIRECTS} redirects; check the LFS URL"
                         )
-                    target = urljoin(url, response.headers["Location"])
+                    target = _followed(url, response.headers["Location"])
                     if origin(target) != origin(url):
                         headers = _without(headers, "authorization")
                         cred_url, sent = None, None
@@ -145,10 +154,11 @@ class Http:
         headers: dict[str, str],
         body: Body | None,
     ) -> Response:
-        if _has_auth(headers) and not may_send_credentials(url):
+        proxy = self._config.route(url).proxy
+        if _has_auth(headers) and not may_send_credentials(url, proxy and proxy.host):
             raise BlobStoreError(
-                f"{redact(url)}: refusing to send credentials over plain http to a host that is "
-                "not this machine; use an https URL for the LFS server"
+                f"{redact(url)}: refusing to send credentials over plain http to a host, or "
+                "through a proxy, that is not this machine; use an https URL for the LFS server"
             )
         try:
             response = self._pool.request(method, url, body, headers)
@@ -163,11 +173,7 @@ class Http:
                 f"{redact(url)}: TLS failed (certificate or protocol); check the server's certificate"
             ) from None
         except (ValueError, InvalidURL):  # from an answer or redirect: no retry mends it
-            raise BlobStoreError(
-                f"{redact(url)}: not a URL a request can go to (not http(s), a bad port, or "
-                "spaces or control characters in it); check the LFS URL, or report it to the "
-                "LFS server's operator"
-            ) from None
+            raise _unsendable(url) from None
         except (OSError, HTTPException) as exc:
             if str(exc).startswith("Tunnel connection failed: 407"):  # http.client's words
                 raise _proxy_refused(url) from None
@@ -255,11 +261,40 @@ def describe(exc: BaseException) -> str:
     return name
 
 
+def _check(url: str) -> str:
+    """`url`, if a request can be sent to it; else the one-line error."""
+    if not parsable(url):
+        raise _unsendable(url)
+    return url
+
+
+def _followed(url: str, location: str) -> str:
+    """Where a redirect's `location` points from `url`, if a request can go there."""
+    try:
+        return _check(urljoin(url, location))
+    except ValueError:  # urljoin could not take `location` apart
+        raise _unsendable(location) from None
+
+
+def _unsendable(url: str) -> BlobStoreError:
+    return BlobStoreError(
+        f"{redact(url)}: not a URL a request can go to (not http(s), a bad port or host, or "
+        "spaces or control characters in it); check the LFS URL, or report it to the LFS "
+        "server's operator"
+    )
+
+
 def _under(extra: list[tuple[str, str]], headers: dict[str, str]) -> dict[str, str]:
     """`headers` over git's extra headers: a name in both (in any case) keeps the request's
-    own value (an action's Authorization over a CI token), as git-lfs sets them."""
+    own value (an action's Authorization over a CI token), as git-lfs sets them. An extra
+    header goes out as the bytes git config holds (http.client sends a str as latin-1)."""
     own = {name.lower() for name in headers}
-    return {**{k: v for k, v in extra if k.lower() not in own}, **headers}
+    raw = {_bytes_as_is(k): _bytes_as_is(v) for k, v in extra if k.lower() not in own}
+    return {**raw, **headers}
+
+
+def _bytes_as_is(text: str) -> str:
+    return text.encode("utf-8", "surrogateescape").decode("latin-1")
 
 
 def _without(headers: dict[str, str], name: str) -> dict[str, str]:

@@ -5,9 +5,10 @@ where git goes: through the same proxy, trusting the same CAs, with the same ext
   `http.sslKey`; git's environment variables override them (`GIT_SSL_NO_VERIFY`,
   `GIT_SSL_CAINFO`, `GIT_SSL_CAPATH`, `GIT_SSL_CERT`, `GIT_SSL_KEY`).
 - The proxy: `http.proxy`, else the environment's (`https_proxy` or `HTTPS_PROXY`
-  for https, `http_proxy` for http, then `all_proxy` or `ALL_PROXY`), as curl reads
-  them; `no_proxy` (or `NO_PROXY`) names hosts and domains that go direct (`*`: all).
-  An empty `http.proxy` means no proxy.
+  for https, `http_proxy` for http, then `all_proxy` or `ALL_PROXY`: the first one
+  set, an empty one meaning none), as curl reads them; `no_proxy` (else `NO_PROXY`)
+  names hosts, domains and address ranges (`10.0.0.0/8`) that go direct, whichever
+  proxy was named (`*` alone: every host). An empty `http.proxy` means no proxy.
 - `http.extraHeader`, as many as given (an empty one drops those before it): CI
   systems pass a token this way (GitHub's checkout action among them).
 
@@ -22,10 +23,11 @@ a cloned repository can neither turn verification off nor send headers anywhere.
 from __future__ import annotations
 
 import base64
+import contextlib
+import ipaddress
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
@@ -93,10 +95,13 @@ class HttpConfig:
         """The TLS settings and proxy for requests to `url`; BlobStoreError for a proxy
         setting this client cannot use."""
         said = self._last(url)
-        verify = said.get("sslverify", "true").strip().lower() not in _FALSE
-        if self._env.get("GIT_SSL_NO_VERIFY"):
-            verify = False
-        tls = {name: self._env.get(var) or said.get(name) or None for name, var in _ENV_TLS.items()}
+        verify = _git_bool(said.get("sslverify", "true")) and "GIT_SSL_NO_VERIFY" not in self._env
+        tls = {
+            name: os.path.expanduser(path)
+            if (path := self._env.get(var) or said.get(name))
+            else None
+            for name, var in _ENV_TLS.items()
+        }
         return Route(
             Tls(verify, tls["sslcainfo"], tls["sslcapath"], tls["sslcert"], tls["sslkey"]),
             self._proxy(url, said.get("proxy")),
@@ -125,29 +130,52 @@ class HttpConfig:
         return [value for key, value in self._accepted(url) if key == name]
 
     def _accepted(self, url: str) -> Iterable[tuple[str, str]]:
-        """(key name, value) of each entry git would apply to `url`, in order."""
-        target = urlsplit(url)
+        """(key name, value) of each entry git would apply to `url`, in order (those for
+        every URL only, when `url` cannot be parsed: the request fails on its own)."""
+        try:
+            target: SplitResult | None = urlsplit(url)
+            _port(target)
+        except ValueError:
+            target = None
         best: dict[str, _Match] = {}
         for key, value in self._entries:
             scope, _, name = key[len("http.") :].rpartition(".")
-            match = _match(target, scope) if scope else _Match(0, 0, False)
+            match = _Match(0, 0, False) if not scope else _match(target, scope) if target else None
             if match is None or (name in best and match < best[name]):
                 continue
             best[name] = match
             yield name, value
 
     def _proxy(self, url: str, configured: str | None) -> Proxy | None:
+        try:
+            parts = urlsplit(url)
+            host = (parts.hostname or "").lower()
+        except ValueError:
+            return None  # no request can go there: it fails on its own
+        bypass = self._first("no_proxy", "NO_PROXY")
+        if bypass is not None and _bypassed(host, bypass[1]):
+            return None
         if configured is not None:
             return _parse_proxy(configured, "http.proxy") if configured.strip() else None
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        if _bypassed(host, self._env.get("no_proxy") or self._env.get("NO_PROXY") or ""):
-            return None
         names = ("https_proxy", "HTTPS_PROXY") if parts.scheme == "https" else ("http_proxy",)
-        for name in (*names, "all_proxy", "ALL_PROXY"):
-            if self._env.get(name):
-                return _parse_proxy(self._env[name], name)
-        return None
+        named = self._first(*names, "all_proxy", "ALL_PROXY")
+        return _parse_proxy(named[1], named[0]) if named and named[1].strip() else None
+
+    def _first(self, *names: str) -> tuple[str, str] | None:
+        """The first of the environment variables `names` that is set (empty or not)."""
+        return next(((n, self._env[n]) for n in names if n in self._env), None)
+
+
+def _git_bool(value: str) -> bool:
+    """As git reads a boolean: an empty value is false, a number is true unless 0;
+    anything git would refuse counts as true here (the safe side for sslVerify)."""
+    text = value.strip().lower()
+    if text in _FALSE or not text:
+        return False
+    try:
+        return int(text, 0) != 0
+    except ValueError:
+        return True
 
 
 def _parse_proxy(value: str, setting: str) -> Proxy:
@@ -196,10 +224,10 @@ def _port(parts: SplitResult) -> int | None:
 
 
 def _host_matches(host: str, pattern: str) -> bool:
-    """Label by label; `*` within a label matches any part of it, never a dot."""
+    """Label by label; a `*` label matches any one label, as git's does."""
     labels, wanted = host.split("."), pattern.split(".")
     return len(labels) == len(wanted) and all(
-        fnmatchcase(label, want) for label, want in zip(labels, wanted, strict=True)
+        want in ("*", label) for label, want in zip(labels, wanted, strict=True)
     )
 
 
@@ -216,9 +244,21 @@ def _path_match(path: str, prefix: str) -> int:
 
 
 def _bypassed(host: str, no_proxy: str) -> bool:
-    """Whether `no_proxy` (comma- or space-separated hosts and domains) sends `host` direct."""
+    """Whether `no_proxy` sends `host` direct, as curl reads it: `*` alone means every
+    host; else comma- or space-separated names (a domain covers its subdomains) and,
+    for an address, addresses and ranges (`10.0.0.0/8`)."""
+    if no_proxy.strip() == "*":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
     for entry in no_proxy.replace(",", " ").split():
-        entry = entry.lower().lstrip(".")
-        if entry == "*" or host == entry or host.endswith(f".{entry}"):
+        entry = entry.lower().lstrip(".").removeprefix("[").split("]")[0]
+        if address is not None and "/" in entry:
+            with contextlib.suppress(ValueError):
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+        elif host == entry or host.endswith(f".{entry}"):
             return True
     return False

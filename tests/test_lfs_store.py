@@ -9,6 +9,7 @@ from a proxy in front of the server are retried until the bytes arrive whole.
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
@@ -844,17 +845,30 @@ def test_a_401_answered_with_credentials_is_no_redirect(
 ) -> None:
     """Five redirects are followed after the server asked for credentials; a sixth is one
     line."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hops)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    lfs_server.store_credentials(tmp_path / "git-credentials", also=(url,))
-    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0))
-    try:
+    with _credentialed(_Hops, lfs_server, tmp_path) as (url, http):
         response = http.send("GET", f"{url}/hop/5", headers={}, cred_url=f"{url}/")
         assert response.status == 200
         response.drain()
         with pytest.raises(BlobStoreError, match="more than 5 redirects"):
             http.send("GET", f"{url}/hop/6", headers={}, cred_url=f"{url}/")
+
+
+@contextlib.contextmanager
+def _credentialed(
+    handler: type[BaseHTTPRequestHandler],
+    lfs_server: LfsServer,
+    tmp_path: Path,
+    config: Callable[[str], HttpConfig] = lambda url: HttpConfig([]),
+) -> Iterator[tuple[str, Http]]:
+    """`handler` served on loopback, git's credential helper holding the test server's
+    password for it, and a client (`config`: its http.* settings, given the URL)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    lfs_server.store_credentials(tmp_path / "git-credentials", also=(url,))
+    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), config(url))
+    try:
+        yield url, http
     finally:
         http.close()
         server.shutdown()
@@ -891,19 +905,13 @@ def test_a_path_scoped_extra_authorization_replaces_gits_credentials_after_a_red
 ) -> None:
     """git's credentials open `/a`, which redirects into `/ci/`, where `http.<url>/ci/`'s
     extraHeader carries its own Authorization: that one alone is sent there."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _PathScoped)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    lfs_server.store_credentials(tmp_path / "git-credentials", also=(url,))
-    config = HttpConfig([(f"http.{url}/ci/.extraheader", "AUTHORIZATION: Bearer ci-token")])
-    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), config)
-    try:
+
+    def scoped(url: str) -> HttpConfig:
+        return HttpConfig([(f"http.{url}/ci/.extraheader", "AUTHORIZATION: Bearer ci-token")])
+
+    with _credentialed(_PathScoped, lfs_server, tmp_path, scoped) as (url, http):
         http.send("GET", f"{url}/a", headers={}, cred_url=f"{url}/").drain()
-        assert _PathScoped.seen == [["Bearer ci-token"]]
-    finally:
-        http.close()
-        server.shutdown()
-        server.server_close()
+    assert _PathScoped.seen == [["Bearer ci-token"]]
 
 
 def test_credentials_go_over_https_or_to_loopback_only(tmp_path: Path) -> None:

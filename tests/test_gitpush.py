@@ -3,6 +3,7 @@ remote: it sends when opened, and never when shut or when the process holding it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -175,7 +176,9 @@ def test_a_shut_gate_stops_a_push_waiting_at_a_credentials_prompt(
     lfs_server, workrepo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The uploads failed while git still asks for the remote's password (an askpass dialog
-    nobody answers): shut() ends git there, and nothing reaches the remote."""
+    nobody answers): shut() ends git there, and the prompt with it (https's remote helper
+    runs it: on a terminal it would read the user's next line); nothing reaches the
+    remote."""
     commit = commit_files(workrepo, {"a.txt": "a\n"}, "a")
     run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=workrepo)
     run_git("config", "--global", "--unset", "credential.helper", cwd=workrepo)
@@ -194,13 +197,29 @@ def test_a_shut_gate_stops_a_push_waiting_at_a_credentials_prompt(
         time.sleep(0.02)
     else:
         pytest.fail("git never asked for the password")
+    prompt = int(asked.read_text())
     try:
         shutting = threading.Thread(target=gate.shut, daemon=True)
         shutting.start()
         shutting.join(60)
         assert not shutting.is_alive(), "shut() waited for the prompt"
+        for _ in range(500):
+            if not _running(prompt):
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail("the prompt outlived the push")
     finally:
-        os.kill(int(asked.read_text()), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(prompt, signal.SIGKILL)
     assert not run_git(
         "for-each-ref", "refs/mgit/", cwd=lfs_server.git_root / "org/repo.git"
     ).stdout
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie nobody reaped yet has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -19,7 +19,9 @@ on.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -218,11 +220,13 @@ class Transfer:
         )
 
     def stop(self) -> None:
-        """End git now, wherever it is (git restores a terminal it prompted on). Not its
-        pipe's end: a helper git ran (an askpass dialog) may hold it open a while yet."""
-        self._proc.terminate()
+        """End git now, wherever it is, and what it runs: https's remote helper may be at
+        a credentials prompt, on the terminal (git restores a terminal it prompted on)."""
+        for pid in [*_descendants(self._proc.pid), self._proc.pid]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
         self._proc.wait()
-        if self._proc.stderr is not None:
+        if self._proc.stderr is not None:  # not read to its end: a helper may hold it yet
             self._proc.stderr.close()
 
     def wait(self) -> None:
@@ -236,6 +240,22 @@ class Transfer:
             code = self._proc.returncode
             what = gist(detail, code) if detail else f"exit {code}, see above"
             raise GitError(f"git {self.command} failed: {what}", detail)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs, read from /proc at once (none where there
+    is no /proc): taken before any is stopped, while their parents still hold them."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parent = int(stat.read_text().rpartition(")")[2].split()[1])
+            children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
 
 
 def list_versions(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:

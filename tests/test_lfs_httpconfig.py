@@ -125,6 +125,9 @@ def test_the_proxy_from_config_else_the_environment_as_curl_reads_it() -> None:
     assert _proxy_of(ranges, "https://10.1.2.3/x") is None
     assert _proxy_of(ranges, "http://127.0.0.1:8080/x") is None
     assert _proxy_of(ranges, "https://11.1.2.3/x") == "http://secure-proxy:3128"
+    everything_v6 = HttpConfig([], env={**env, "no_proxy": "::/0, 0.0.0.0/0"})  # curl: exact
+    assert _proxy_of(everything_v6, "https://[::1]/x") == "http://secure-proxy:3128"
+    assert _proxy_of(everything_v6, "https://10.1.2.3/x") == "http://secure-proxy:3128"
     unset = HttpConfig([], env={"http_proxy": "", "all_proxy": "http://all:8080"})
     assert _proxy_of(unset, "http://h/") is None
     configured = [
@@ -148,6 +151,10 @@ def test_a_proxy_this_client_cannot_use_is_one_line_without_its_password() -> No
     with pytest.raises(BlobStoreError, match="https_proxy = https://p:3128") as failed:
         HttpConfig([], env={"https_proxy": "https://me:hunter2@p:3128"}).route("https://h/")
     assert "hunter2" not in str(failed.value) and "\n" not in str(failed.value)
+    for broken in ("http://me:hunter2@[bad", "http://me:hunter2@p:31z8"):
+        with pytest.raises(BlobStoreError, match="not a proxy") as failed:
+            HttpConfig([("http.proxy", broken)], env={}).route("https://h/")
+        assert "hunter2" not in str(failed.value)
 
 
 def test_extra_headers_accumulate_and_an_empty_one_drops_those_before() -> None:

@@ -181,16 +181,17 @@ def _git_bool(value: str) -> bool:
 def _parse_proxy(value: str, setting: str) -> Proxy:
     """`[http://][user[:password]@]host[:port]`, as git and curl take it."""
     text = value.strip()
-    parts = urlsplit(text if "://" in text else f"http://{text}")
     try:
+        parts = urlsplit(text if "://" in text else f"http://{text}")
         port = parts.port or _PROXY_PORT
-    except ValueError:
-        port = 0
-    shown = f"{parts.scheme}://{parts.hostname}:{port}"
+    except ValueError:  # an unparsable host or port: shown without what it holds
+        parts, port = urlsplit(f"{text.partition('://')[0]}://?"), 0
+    shown = f"{parts.scheme}://{parts.hostname or '?'}:{port or '?'}"
     if parts.scheme.lower() != "http" or not parts.hostname or not port:
         raise BlobStoreError(
-            f"{setting} = {shown}: git-mgit's LFS client goes through http:// proxies only; "
-            f"give {setting} an http://host:port proxy, or unset it for the LFS server"
+            f"{setting} = {shown}: not a proxy git-mgit's LFS client can use (it takes "
+            f"http://[user:password@]host[:port]: no https:// or SOCKS proxy); fix {setting}, "
+            "or unset it for the LFS server"
         )
     authorization = None
     if parts.username is not None:
@@ -246,7 +247,7 @@ def _path_match(path: str, prefix: str) -> int:
 def _bypassed(host: str, no_proxy: str) -> bool:
     """Whether `no_proxy` sends `host` direct, as curl reads it: `*` alone means every
     host; else comma- or space-separated names (a domain covers its subdomains) and,
-    for an address, addresses and ranges (`10.0.0.0/8`)."""
+    for an address, addresses and ranges (`10.0.0.0/8`; curl reads `/0` as one address)."""
     if no_proxy.strip() == "*":
         return True
     try:
@@ -254,10 +255,11 @@ def _bypassed(host: str, no_proxy: str) -> bool:
     except ValueError:
         address = None
     for entry in no_proxy.replace(",", " ").split():
-        entry = entry.lower().lstrip(".").removeprefix("[").split("]")[0]
+        entry = entry.lower().lstrip(".")
         if address is not None and "/" in entry:
             with contextlib.suppress(ValueError):
-                if address in ipaddress.ip_network(entry, strict=False):
+                network = ipaddress.ip_network(entry, strict=False)
+                if address == network.network_address or (network.prefixlen and address in network):
                     return True
         elif host == entry or host.endswith(f".{entry}"):
             return True

@@ -26,6 +26,8 @@ import base64
 import contextlib
 import ipaddress
 import os
+import re
+import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -41,6 +43,8 @@ _ENV_TLS = {
 }
 _FALSE = frozenset({"false", "no", "off", "0"})
 _PROXY_PORT = 1080  # curl's, for a proxy URL without one
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 
 
 @dataclass(frozen=True)
@@ -209,15 +213,43 @@ def _match(target: SplitResult, scope: str) -> _Match | None:
         return None
     if pattern.scheme.lower() != target.scheme.lower() or port != wanted:
         return None
-    host = (pattern.hostname or "").lower()
-    if not _host_matches((target.hostname or "").lower(), host):
+    host = _host(pattern)
+    if not _host_matches(_host(target), host):
         return None
-    if pattern.username is not None and pattern.username != target.username:
+    user = pattern.username
+    if user is not None and _unescaped(user) != _unescaped(target.username or ""):
         return None
-    path = _path_match(target.path or "/", pattern.path or "/")
+    path = _path_match(_path(target), _path(pattern))
     if not path:
         return None
-    return _Match(len(host), path, pattern.username is not None)
+    return _Match(len(host), path, user is not None)
+
+
+def _host(parts: SplitResult) -> str:
+    return (parts.hostname or "").lower().removesuffix(".")
+
+
+def _path(parts: SplitResult) -> str:
+    """The path and query as git's url_normalize leaves them: escapes of unreserved
+    characters decoded, `.` and `..` segments resolved."""
+    kept: list[str] = []
+    for segment in _unescaped(parts.path or "/").split("/")[1:]:
+        if segment == "..":
+            kept = kept[:-1]
+        elif segment != ".":
+            kept.append(segment)
+    query = f"?{_unescaped(parts.query)}" if parts.query else ""
+    return "/" + "/".join(kept) + query
+
+
+def _unescaped(text: str) -> str:
+    """`%XX` of an unreserved character decoded, any other in upper case."""
+
+    def one(escape: re.Match[str]) -> str:
+        char = chr(int(escape[1], 16))
+        return char if char in _UNRESERVED else f"%{escape[1].upper()}"
+
+    return _ESCAPE.sub(one, text)
 
 
 def _port(parts: SplitResult) -> int | None:

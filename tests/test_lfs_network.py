@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import base64
 import secrets
+import socket
+import ssl
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -139,19 +143,20 @@ def test_https_goes_through_the_proxys_connect_tunnel(
 def test_a_proxy_that_refuses_is_one_line_without_its_password(
     lfs_server: LfsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Wrong proxy credentials: the proxy's 407 is one line naming http.proxy, never
-    retried, and the password given is not in it."""
+    """Wrong proxy credentials: the proxy's 407, to an http request or to an https one's
+    CONNECT, is one line naming http.proxy, never retried, without the password given."""
     _through_proxies(monkeypatch)
     wrong = secrets.token_urlsafe(12)
     with ForwardProxy(credentials=("carol", "right")) as proxy:
         config = HttpConfig([("http.proxy", f"http://carol:{wrong}@127.0.0.1:{proxy.port}")])
         http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), config)
-        with pytest.raises(BlobStoreError, match="407") as refused:
-            http.send("GET", lfs_server.lfs_url() + "/locks", headers={})
+        for url in (lfs_server.lfs_url() + "/locks", "https://127.0.0.1:9/locks"):
+            with pytest.raises(BlobStoreError, match="407") as refused:
+                http.send("GET", url, headers={})
+            message = str(refused.value)
+            assert "\n" not in message and "http.proxy" in message and wrong not in message
         http.close()
-    message = str(refused.value)
-    assert "\n" not in message and "http.proxy" in message and wrong not in message
-    assert len(proxy.refused) == 1
+    assert [method for method, _ in proxy.refused] == ["GET", "CONNECT"]
 
 
 def test_a_token_in_http_extraheader_authorizes_without_a_credential_helper(
@@ -176,3 +181,44 @@ def test_gits_ca_is_trusted_beside_the_systems(certificates: Certificates) -> No
     ours = _context(Tls(ca_file=str(certificates.ca))).get_ca_certs()
     assert any(dict(c["subject"][0]).get("commonName") == "git-mgit test CA" for c in ours)
     assert len(ours) > 1  # the system's too
+
+
+def test_an_ipv6_server_is_tunnelled_with_its_address_in_brackets(
+    certificates: Certificates,
+) -> None:
+    """`CONNECT [::1]:port`, as the authority form has it (http.client's own CONNECT omits
+    the brackets before Python 3.12, which strict proxies refuse)."""
+
+    class Answer(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Server6(ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+    server = Server6(("::1", 0), Answer)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certificates.cert, certificates.key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with ForwardProxy() as proxy:
+            config = HttpConfig(
+                [("http.sslcainfo", str(certificates.ca)), ("http.proxy", proxy.url)], env={}
+            )
+            http = Http(Access(GitCredentials(certificates.ca.parent)), 1, Timeouts(5, 5), config)
+            response = http.send("GET", f"https://[::1]:{server.server_port}/x", headers={})
+            assert response.status == 200
+            response.drain()
+            http.close()
+        assert proxy.requests == [("CONNECT", f"[::1]:{server.server_port}")]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -98,7 +98,7 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             if method == "CONNECT":
                 host, _, port = target.rpartition(":")
-                upstream = socket.create_connection((host, int(port)))
+                upstream = socket.create_connection((host.strip("[]"), int(port)))
                 self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
                 parts = urlsplit(target)

@@ -1,5 +1,5 @@
 """A certificate authority of the test's own and a server certificate it signed for
-127.0.0.1 (made with the `openssl` command), for HTTPS servers on loopback."""
+127.0.0.1 and ::1 (made with the `openssl` command), for HTTPS servers on loopback."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 _EC = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 _SERVER_EXTENSIONS = (
-    "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+    "subjectAltName=IP:127.0.0.1,IP:::1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
 )
 
 
@@ -21,7 +21,7 @@ class Certificates:
 
 
 def make_certificates(folder: Path) -> Certificates:
-    """A new authority and a server certificate for 127.0.0.1, valid for two days."""
+    """A new authority and a server certificate for 127.0.0.1 and ::1, valid for two days."""
     folder.mkdir(parents=True, exist_ok=True)
     ca, ca_key = folder / "ca.pem", folder / "ca.key"
     cert, key, request = folder / "server.pem", folder / "server.key", folder / "server.csr"

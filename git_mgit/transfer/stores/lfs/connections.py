@@ -19,6 +19,7 @@ urllib3 did this before: importing it took about 45 ms of every LFS process
 from __future__ import annotations
 
 import select
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable
@@ -27,10 +28,11 @@ from ssl import SSLContext
 from urllib.parse import urlsplit
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
-from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Route, Tls
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Proxy, Route, Tls
 from git_mgit.transfer.stores.lfs.policy import origin
 
 Origin = tuple[str, str, int]
+_MAX_LINE = 1 << 16  # of a proxy's answer to CONNECT
 
 
 class Response:
@@ -133,18 +135,54 @@ class _Origin:
         proxy = self.route.proxy
         to_host, to_port = (proxy.host, proxy.port) if proxy else (host, port)
         conn: HTTPConnection
-        if scheme == "https":
+        if scheme == "https" and proxy is not None:  # TLS to the server, inside a tunnel
             context = self._tls(self.route.tls)
-            conn = HTTPSConnection(to_host, to_port, timeout=self._connect_s, context=context)
-            if proxy is not None:  # TLS to the server, inside the proxy's tunnel
-                auth = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else {}
-                conn.set_tunnel(host, port, headers=auth)
+            conn = HTTPSConnection(host, port, timeout=self._connect_s, context=context)
+            tunnel = _tunnel(proxy, host, port, self._connect_s)
+            try:
+                conn.sock = context.wrap_socket(tunnel, server_hostname=host)
+            except BaseException:
+                tunnel.close()
+                raise
         else:
-            conn = HTTPConnection(to_host, to_port, timeout=self._connect_s)
-        conn.connect()
+            if scheme == "https":
+                context = self._tls(self.route.tls)
+                conn = HTTPSConnection(to_host, to_port, timeout=self._connect_s, context=context)
+            else:
+                conn = HTTPConnection(to_host, to_port, timeout=self._connect_s)
+            conn.connect()
         assert conn.sock is not None
         conn.sock.settimeout(self._read_s)
         return conn
+
+
+class ProxyRefused(OSError):
+    """The proxy answered a CONNECT with 407: it wants (other) credentials."""
+
+
+def _tunnel(proxy: Proxy, host: str, port: int, timeout: float) -> socket.socket:
+    """A connection to `host`:`port` through `proxy`'s CONNECT (http.client's own writes
+    an IPv6 address without brackets before Python 3.12)."""
+    sock = socket.create_connection((proxy.host, proxy.port), timeout)
+    try:
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
+        if proxy.authorization:
+            lines.append(f"Proxy-Authorization: {proxy.authorization}")
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        with sock.makefile("rb", buffering=0) as answer:  # unbuffered: TLS bytes follow
+            status = answer.readline(_MAX_LINE).split(b" ", 2)
+            while answer.readline(_MAX_LINE) not in (b"\r\n", b"\n", b""):
+                pass
+        code = int(status[1]) if len(status) > 1 and status[1].isdigit() else 0
+        if code == 407:
+            raise ProxyRefused(f"proxy {proxy.shown} answered 407")
+        if code // 100 != 2:
+            raise OSError(f"proxy {proxy.shown} answered {code or 'no HTTP'} to CONNECT")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class Pool:

@@ -24,7 +24,7 @@ from urllib.parse import urljoin
 
 from git_mgit.transfer.stores.blobs import BlobStoreError, Body
 from git_mgit.transfer.stores.lfs.auth import Access
-from git_mgit.transfer.stores.lfs.connections import Pool, Response
+from git_mgit.transfer.stores.lfs.connections import Pool, ProxyRefused, Response
 from git_mgit.transfer.stores.lfs.creds import Credential
 from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig
 from git_mgit.transfer.stores.lfs.policy import (
@@ -174,9 +174,9 @@ class Http:
             ) from None
         except (ValueError, InvalidURL):  # from an answer or redirect: no retry mends it
             raise _unsendable(url) from None
+        except ProxyRefused:
+            raise _proxy_refused(url) from None
         except (OSError, HTTPException) as exc:
-            if str(exc).startswith("Tunnel connection failed: 407"):  # http.client's words
-                raise _proxy_refused(url) from None
             raise Transient(f"{describe(exc)} talking to {redact(url)}") from None
         trace(f"{method} {redact(url)} -> {response.status}")
         if response.status == 407:  # the proxy of an http request refused it

@@ -172,6 +172,30 @@ def test_a_retry_counts_a_name_done_only_where_every_push_url_has_it(
     assert _remote_refs(mirror) == f"{commit} commit\t{name}\n"
 
 
+def test_a_push_url_that_cannot_be_listed_is_pushed_to_again(
+    workrepo: Path, bare_remote: Remote, tmp_path: Path
+) -> None:
+    """A retry finds one push URL unreachable: it counts as holding nothing (an outage may
+    pass), so the names are pushed again, and what fails then is the push, with git's
+    reason and what to do."""
+    from git_mgit.errors import MgitError
+    from git_mgit.transfer.stores.gitpush import push_refs
+
+    commit = _ready(workrepo, bare_remote)
+    gone = tmp_path / "gone.git"
+    for url in (bare_remote.url, gone.as_uri()):
+        run_git("remote", "set-url", "--add", "--push", "origin", url, cwd=workrepo)
+    name = "refs/mgit/v/half"
+    run_git("update-ref", name, commit, cwd=workrepo)
+
+    def half() -> None:
+        raise MgitError("the first attempt failed")
+
+    with pytest.raises(MgitError, match="pushing tensor objects to origin failed"):
+        push_refs(find_repo(workrepo), "origin", [name], first=half)
+    assert _remote_refs(bare_remote) == f"{commit} commit\t{name}\n"  # pushed again
+
+
 def test_a_shut_gate_stops_a_push_waiting_at_a_credentials_prompt(
     lfs_server, workrepo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

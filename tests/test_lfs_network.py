@@ -10,6 +10,7 @@ import base64
 import secrets
 import socket
 import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -222,3 +223,19 @@ def test_an_ipv6_server_is_tunnelled_with_its_address_in_brackets(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_client_key_behind_a_passphrase_is_one_line_and_never_prompts(
+    certificates: Certificates,
+) -> None:
+    """OpenSSL would ask for the passphrase on the terminal (a filter's git waits on it);
+    like curl, the client fails instead, naming the files and the settings."""
+    from git_mgit.transfer.stores.lfs.connections import _context
+    from git_mgit.transfer.stores.lfs.httpconfig import Tls
+
+    locked = certificates.key.with_name("locked.key")
+    encrypt = ["pkey", "-in", certificates.key, "-aes256", "-passout", "pass:x", "-out", locked]
+    subprocess.run(["openssl", *encrypt], check=True, capture_output=True)
+    with pytest.raises(BlobStoreError, match="passphrase") as failed:
+        _context(Tls(cert=str(certificates.cert), key=str(locked)))
+    assert "\n" not in str(failed.value) and "http.sslKey" in str(failed.value)

@@ -26,7 +26,14 @@ from git_mgit import config
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import GitError, Repo, anonymized
 from git_mgit.store import anchors
-from git_mgit.transfer.remotes import Transfer, ls_remote, push_urls, pushed_to, transfer
+from git_mgit.transfer.remotes import (
+    RemoteUnreachable,
+    Transfer,
+    ls_remote,
+    push_urls,
+    pushed_to,
+    transfer,
+)
 
 PAD_PREFIX = "refs/mgit/pad/"
 PAD_OBJECTS = 100  # git's default receive.unpackLimit
@@ -189,13 +196,22 @@ def push_refs(
         except MgitError:
             if attempt + 1 == _ATTEMPTS:
                 raise
-            listed = [ls_remote(repo, where, *todo) for where in pushed_to(repo, remote)]
+            listed = [_holding(repo, where, todo) for where in pushed_to(repo, remote)]
             todo = [
                 name
                 for name in todo
                 if any(there.get(name, before.get(name)) == before.get(name) for there in listed)
             ]
     return False
+
+
+def _holding(repo: Repo, where: str, names: Sequence[str]) -> dict[str, str]:
+    """What `where` holds of `names`: nothing, where it cannot be asked now (an outage
+    that may pass; the next push says what git says)."""
+    try:
+        return ls_remote(repo, where, *names)
+    except RemoteUnreachable:
+        return {}
 
 
 def _pad(repo: Repo) -> str:

@@ -265,19 +265,23 @@ class Pool:
             return context
 
 
+def _no_passphrase() -> str:
+    raise ValueError("a client key behind a passphrase")
+
+
 def _context(tls: Tls) -> SSLContext:
     """A client context as git's settings ask; BlobStoreError naming the file it cannot use."""
     try:
         context = ssl.create_default_context()  # the system's CAs, and git's on top (git-lfs's way)
         if tls.ca_file or tls.ca_path:
             context.load_verify_locations(cafile=tls.ca_file, capath=tls.ca_path)
-        if tls.cert:
-            context.load_cert_chain(tls.cert, tls.key)
-    except (OSError, ssl.SSLError) as exc:
+        if tls.cert:  # a key behind a passphrase fails here, as curl's does, never prompts
+            context.load_cert_chain(tls.cert, tls.key, password=_no_passphrase)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         files = [f for f in (tls.ca_file, tls.ca_path, tls.cert, tls.key) if f]
         raise BlobStoreError(
             f"git's TLS settings name files the LFS client cannot use ({', '.join(files)}: "
-            f"{exc.strerror or exc}); check http.sslCAInfo, http.sslCAPath, http.sslCert "
+            f"{getattr(exc, 'strerror', None) or exc}); check http.sslCAInfo, http.sslCAPath, http.sslCert "
             "and http.sslKey (or GIT_SSL_CAINFO and the like)"
         ) from None
     if not tls.verify:  # http.sslVerify=false or GIT_SSL_NO_VERIFY, as git has it

@@ -70,6 +70,23 @@ def source(
     return root, commits
 
 
+def test_a_guess_no_fetch_took_still_merges_the_lineage_notes(
+    tmp_path: Path, http_remote: Remote
+) -> None:
+    """A fresh checkout's guess can bring a version's objects before the file asks for
+    them: no fetch takes it then, and the notes it brought are merged when the filter
+    drops it (a clone then lacked its lineage, now and then, on a fast machine)."""
+    source(tmp_path, http_remote, series()[:1])
+    clone = tmp_path / "clone"
+    run_git("clone", "-q", "--no-checkout", http_remote.url, clone, cwd=tmp_path)
+    ahead = guess.Ahead()
+    ahead.begin(find_repo(clone))
+    ahead.drop()
+    assert run_git("for-each-ref", "refs/mgit/v/", cwd=clone).stdout  # what the guess brought
+    note = run_git("notes", "--ref=mgit", "show", f"HEAD:{MODEL}", cwd=clone).stdout
+    assert note.strip() == '{"name":"tip"}'
+
+
 def chunks_at(repo: Path, rev: str, path: str = MODEL) -> set[bytes]:
     blob = run_git("cat-file", "blob", f"{rev}:{path}", cwd=repo, text=False).stdout
     return {c.content_hash for c in mf.parse(blob).chunks()}

@@ -91,6 +91,7 @@ class Ahead:
 
     def __init__(self) -> None:
         self._started: threading.Thread | None = None
+        self._repo: Repo | None = None
         self._listings: dict[str, Listing] = {}
         self._guesses: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -99,6 +100,7 @@ class Ahead:
         which waits on git while the filter imports."""
         fresh = not (repo.git_dir / "index").exists() and not (repo.common_dir / "mgit").exists()
         if fresh and repo.worktree is not None:
+            self._repo = repo
             self._started = threading.Thread(target=self._list, args=(repo,), daemon=True)
             self._started.start()
 
@@ -110,14 +112,19 @@ class Ahead:
         return self._listings.pop(remote, None), self._guesses.pop(remote, None)
 
     def drop(self) -> None:
-        """Stop what no fetch took."""
+        """Stop what no fetch took. A guess no fetch took still brought the lineage notes
+        (the objects came with it, before a file asked: nothing was left to fetch), so
+        they are merged here, as a fetch would have."""
         if self._started is not None:
             self._started.join()
         for listing in self._listings.values():
             listing.close()
         self._listings.clear()
-        for guessed in self._guesses.values():
+        for remote, guessed in self._guesses.items():
             guessed.wait()  # it only brings refs; their fetch is short
+            if self._repo is not None:
+                with contextlib.suppress(GitError):  # the next fetch merges them then
+                    notes.merge(self._repo, notes.remote_notes_ref(remote))
         self._guesses.clear()
 
     def _list(self, repo: Repo) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 from urllib.parse import unquote, urlsplit
 
 log = logging.getLogger(__name__)
@@ -389,7 +389,24 @@ class _Server(ThreadingHTTPServer):
             return list(self._requests)
 
 
-class GitHttpServer:
+class ServedOnThread:
+    """A test server bound at construction and served on a daemon thread while entered;
+    a subclass sets ``_server`` (a socketserver) and ``_thread`` (its serve_forever)."""
+
+    _server: socketserver.BaseServer
+    _thread: threading.Thread
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+class GitHttpServer(ServedOnThread):
     """Serve every repository under ``project_root`` over smart HTTP on loopback.
 
     The port is bound at construction (port 0, so never taken); serving runs
@@ -405,15 +422,6 @@ class GitHttpServer:
             name="git-http-server",
             daemon=True,
         )
-
-    def __enter__(self) -> GitHttpServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
 
     def url_for(self, name: str) -> str:
         return f"http://{self._server.host}:{self._server.port}/{name}"

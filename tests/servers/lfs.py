@@ -35,7 +35,13 @@ from giftless.app import init_app
 from giftless.storage.local_storage import LocalStorage
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from tests.gitsandbox import RequestRecord, _GitHttpHandler, init_repo, run_git
+from tests.gitsandbox import (
+    RequestRecord,
+    ServedOnThread,
+    _GitHttpHandler,
+    init_repo,
+    run_git,
+)
 from tests.servers.tls import Certificates
 
 _REALM = "git-mgit test server"
@@ -214,7 +220,7 @@ class _Gate:
         return None
 
 
-class LfsServer:
+class LfsServer(ServedOnThread):
     """giftless and git http-backend on one port (bound at construction, served while entered)."""
 
     def __init__(
@@ -286,14 +292,8 @@ class LfsServer:
             }
         )
 
-    def __enter__(self) -> LfsServer:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        super().__exit__(*exc)
         _running.release()
 
     def repo_url(self, name: str = "org/repo") -> str:

@@ -19,12 +19,14 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from tests.gitsandbox import ServedOnThread
+
 _COPY = 1 << 16
 _MAX_LINE = 1 << 16
 _HOP_BY_HOP = (b"connection", b"proxy-connection", b"proxy-authorization", b"keep-alive")
 
 
-class ForwardProxy:
+class ForwardProxy(ServedOnThread):
     """The proxy, bound at construction, serving while entered."""
 
     def __init__(self, credentials: tuple[str, str] | None = None) -> None:
@@ -61,15 +63,6 @@ class ForwardProxy:
     def refuse(self, method: str, target: str) -> None:
         with self._lock:
             self.refused.append((method, target))
-
-    def __enter__(self) -> ForwardProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
 
 
 class _Handler(socketserver.StreamRequestHandler):

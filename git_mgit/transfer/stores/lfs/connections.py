@@ -28,11 +28,12 @@ from ssl import SSLContext
 from urllib.parse import urlsplit
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
-from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Proxy, Route, Tls
+from git_mgit.transfer.stores.lfs.httpconfig import Proxy, Route, Tls
 from git_mgit.transfer.stores.lfs.policy import origin
 
 Origin = tuple[str, str, int]
 _MAX_LINE = 1 << 16  # of a proxy's answer to CONNECT
+DIRECT = Route()  # no proxy, the system's CAs
 
 
 class Response:
@@ -188,12 +189,8 @@ def _tunnel(proxy: Proxy, host: str, port: int, timeout: float) -> socket.socket
 class Pool:
     """Connections to every origin the client talks to (the LFS API, its storage)."""
 
-    def __init__(
-        self, size: int, connect_s: float, read_s: float, config: HttpConfig | None = None
-    ) -> None:
-        """`config`: git's http.* settings (default: none but the environment's)."""
+    def __init__(self, size: int, connect_s: float, read_s: float) -> None:
         self._size, self._timeouts = size, (connect_s, read_s)
-        self._config = config or HttpConfig([])
         self._origins: dict[tuple[Origin, Route], _Origin] = {}
         self._lock = threading.Lock()
         self._contexts: dict[Tls, SSLContext] = {}
@@ -204,13 +201,15 @@ class Pool:
         url: str,
         body: bytes | memoryview | Iterable[memoryview] | None,
         headers: dict[str, str],
+        route: Route = DIRECT,
     ) -> Response:
-        """Send one request and read its status and headers; the body is the caller's.
+        """Send one request by `route` (the caller's reading of git's settings: proxy, TLS)
+        and read its status and headers; the body is the caller's.
         Raises ValueError for a URL that is not http(s) or has a bad port, InvalidURL for
         one with spaces or control characters, OSError (ssl.SSLError for TLS) or
         http.client.HTTPException on failure, BlobStoreError for settings that cannot be
-        used (a proxy, a CA file)."""
-        home = self._origin(url)
+        used (a CA file)."""
+        home = self._origin(url, route)
         parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         proxy = home.route.proxy
@@ -230,10 +229,10 @@ class Pool:
             raise
         return Response(raw, conn, home)
 
-    def connect(self, url: str) -> None:
+    def connect(self, url: str, route: Route = DIRECT) -> None:
         """Open a connection to `url`'s server ahead of its first request (TLS included),
         kept idle for it. Raises as request() does."""
-        home = self._origin(url)
+        home = self._origin(url, route)
         conn = home.get()
         home.put(conn)
 
@@ -243,12 +242,12 @@ class Pool:
         for home in origins:
             home.close()
 
-    def _origin(self, url: str) -> _Origin:
-        """The connections for `url`'s server, by the route git's settings give it."""
+    def _origin(self, url: str, route: Route) -> _Origin:
+        """The connections for `url`'s server by `route`."""
         scheme, host, port = origin(url)
         if port is None:
             raise ValueError(f"not an http(s) URL: {scheme}")
-        key = ((scheme, host, port), self._config.route(url))
+        key = ((scheme, host, port), route)
         with self._lock:
             home = self._origins.get(key)
             if home is None:

@@ -67,7 +67,7 @@ class Http:
         self._config = config or HttpConfig([])
         # One connection per transfer thread, and one for the caller's batch requests; a
         # thread that finds them all busy waits for one: none is ever left unreturned.
-        self._pool = Pool(pool_size + 1, timeouts.connect_s, timeouts.read_s, self._config)
+        self._pool = Pool(pool_size + 1, timeouts.connect_s, timeouts.read_s)
 
     def close(self) -> None:
         self._pool.close()
@@ -76,8 +76,8 @@ class Http:
         """Credentials a helper has and a connection, ready for a first request to `url`,
         which then starts at once (best effort: that request fails as usual if they do not)."""
         self._access.prefill(cred_url)
-        with contextlib.suppress(OSError, HTTPException, ValueError):
-            self._pool.connect(url)
+        with contextlib.suppress(OSError, HTTPException, ValueError, BlobStoreError):
+            self._pool.connect(url, self._config.route(url))
 
     def send(
         self,
@@ -95,12 +95,13 @@ class Http:
         """
         headers = {"User-Agent": USER_AGENT, **headers}
         _check(url)
-        if _has_auth(_under(self._config.headers(url), headers)):
+        hop = _under(self._config.headers(url), headers)  # what each request to `url` carries
+        if _has_auth(hop):
             cred_url = None
         sent: Credential | None = self._access.current(cred_url) if cred_url else None
         redirects = 0  # a 401 answered with credentials is no redirect
         while True:
-            wire = _under(self._config.headers(url), headers)
+            wire = dict(hop)
             if _has_auth(wire):  # its own, or an extra header's (a path's, after a redirect)
                 cred_url, sent = None, None
             elif sent is not None:
@@ -123,6 +124,7 @@ class Http:
                         method, body = "GET", None
                         headers = _without(headers, "content-length")
                     url = target
+                    hop = _under(self._config.headers(url), headers)
                     continue
                 if status == 401 and cred_url is not None:
                     _discard(response)
@@ -154,14 +156,15 @@ class Http:
         headers: dict[str, str],
         body: Body | None,
     ) -> Response:
-        proxy = self._config.route(url).proxy
+        route = self._config.route(url)
+        proxy = route.proxy
         if _has_auth(headers) and not may_send_credentials(url, proxy and proxy.host):
             raise BlobStoreError(
                 f"{redact(url)}: refusing to send credentials over plain http to a host, or "
                 "through a proxy, that is not this machine; use an https URL for the LFS server"
             )
         try:
-            response = self._pool.request(method, url, body, headers)
+            response = self._pool.request(method, url, body, headers, route)
         except ssl.SSLCertVerificationError as exc:
             raise BlobStoreError(
                 f"{redact(url)}: the server's certificate is not trusted ({exc.verify_message}); "

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.lfs.policy import DEFAULT_PORTS
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 _ENV_TLS = {
     "sslcainfo": "GIT_SSL_CAINFO",
     "sslcapath": "GIT_SSL_CAPATH",
@@ -253,7 +253,7 @@ def _unescaped(text: str) -> str:
 
 
 def _port(parts: SplitResult) -> int | None:
-    return parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+    return parts.port or DEFAULT_PORTS.get(parts.scheme.lower())
 
 
 def _host_matches(host: str, pattern: str) -> bool:

@@ -15,7 +15,7 @@ import re
 from urllib.parse import SplitResult, urlsplit
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+DEFAULT_PORTS = {"http": 80, "https": 443}  # a URL without a port means these
 _UNSHOWN = re.compile(r"[\x00-\x20\x7f-\x9f]")
 
 
@@ -65,7 +65,7 @@ def origin(url: str) -> tuple[str, str, int | None]:
     if parts is None:
         return url.partition(":")[0].lower(), "", None
     scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
+    return scheme, (parts.hostname or "").lower(), parts.port or DEFAULT_PORTS.get(scheme)
 
 
 def site(url: str) -> str:
@@ -77,7 +77,7 @@ def site(url: str) -> str:
         return f"{scheme}://{authority.rpartition('@')[2]}"
     if ":" in host:
         host = f"[{host}]"
-    return f"{scheme}://{host}{'' if port == _DEFAULT_PORTS.get(scheme) else f':{port}'}"
+    return f"{scheme}://{host}{'' if port == DEFAULT_PORTS.get(scheme) else f':{port}'}"
 
 
 def redact(url: str) -> str:

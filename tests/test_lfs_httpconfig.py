@@ -150,18 +150,55 @@ def test_the_proxy_from_config_else_the_environment_as_curl_reads_it() -> None:
     ]
     team = HttpConfig(configured, env=env).route("https://hub.example.com/").proxy
     credentials = base64.b64encode(b"te@m:p:ss").decode()
-    assert team == Proxy("team-proxy", 8080, f"Basic {credentials}", "http://team-proxy:8080")
+    assert team == Proxy("http", "team-proxy", 8080, "te@m", "p:ss", "http://team-proxy:8080")
+    assert team.authorization == f"Basic {credentials}"
     assert HttpConfig(configured, env=env).route("https://direct.example.com/").proxy is None
     # no_proxy holds for http.proxy too, as git hands it to curl
     assert HttpConfig(configured, env=env).route("https://lfs.internal.example.com/").proxy is None
 
 
+def test_socks_proxies_and_the_remotes_own_proxy_as_git_takes_them() -> None:
+    """SOCKS 4, 4a, 5 and 5h as curl names them, wherever a proxy is set; the remote's
+    `remote.<name>.proxy` wins over `http.proxy` (an empty one: none), and no_proxy
+    holds for it too."""
+    for scheme in ("socks4", "socks4a", "socks5", "socks5h"):
+        config = HttpConfig([("http.proxy", f"{scheme}://me:p%40ss@socks.example.com")], env={})
+        proxy = config.route("https://hub.example.com/").proxy
+        assert proxy == Proxy(scheme, "socks.example.com", 1080, "me", "p@ss", proxy.shown)
+        assert proxy.shown == f"{scheme}://socks.example.com:1080"
+        assert "p@ss" not in repr(proxy)
+    env = {"https_proxy": "socks5h://env-socks:9050", "no_proxy": "internal.example.com"}
+    assert _proxy_of(HttpConfig([], env=env), "https://h/") == "socks5h://env-socks:9050"
+    pairs = [("http.proxy", "http://team-proxy:3128")]
+    remote = ("remote.origin.proxy", "socks5://bastion:1080")
+    config = HttpConfig(pairs, env=env, remote_proxy=remote)
+    assert _proxy_of(config, "https://hub.example.com/x") == "socks5://bastion:1080"
+    assert _proxy_of(config, "https://lfs.internal.example.com/x") is None
+    direct = HttpConfig(pairs, env=env, remote_proxy=("remote.origin.proxy", ""))
+    assert direct.route("https://hub.example.com/x").proxy is None
+    assert _proxy_of(HttpConfig(pairs, env=env), "https://h/") == "http://team-proxy:3128"
+
+
 def test_a_proxy_this_client_cannot_use_is_one_line_without_its_password() -> None:
-    config = HttpConfig([("http.proxy", "socks5://me:hunter2@socks.example.com:1080")], env={})
-    with pytest.raises(
-        BlobStoreError, match=re.escape("http.proxy = socks5://socks.example.com:1080")
+    for setting, scheme, config in (
+        (
+            "http.proxy",
+            "socks6",
+            HttpConfig([("http.proxy", "socks6://me:hunter2@s:1080")], env={}),
+        ),
+        (
+            "remote.origin.proxy",
+            "https",
+            HttpConfig(
+                [], env={}, remote_proxy=("remote.origin.proxy", "https://me:hunter2@s:1080")
+            ),
+        ),
     ):
-        config.route("https://hub.example.com/")
+        with pytest.raises(
+            BlobStoreError, match=re.escape(f"{setting} = {scheme}://s:1080")
+        ) as failed:
+            config.route("https://hub.example.com/")
+        assert "hunter2" not in str(failed.value) and "\n" not in str(failed.value)
     with pytest.raises(BlobStoreError, match="https_proxy = https://p:3128") as failed:
         HttpConfig([], env={"https_proxy": "https://me:hunter2@p:3128"}).route("https://h/")
     assert "hunter2" not in str(failed.value) and "\n" not in str(failed.value)

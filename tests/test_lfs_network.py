@@ -23,11 +23,11 @@ from git_mgit.transfer.stores.lfs.auth import Access
 from git_mgit.transfer.stores.lfs.creds import GitCredentials
 from git_mgit.transfer.stores.lfs.http import Http, Timeouts
 from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig
-from tests.gitsandbox import clone, run_git
+from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo
 from tests.servers.lfs import LfsServer
-from tests.servers.proxy import ForwardProxy
-from tests.servers.tls import Certificates, make_certificates
+from tests.servers.proxy import ForwardProxy, SocksProxy
+from tests.servers.tls import INTERNAL_NAME, Certificates, make_certificates
 from tests.test_stores import MODEL, commit_versions, series
 
 
@@ -58,17 +58,26 @@ def _through_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _push_and_clone(server: LfsServer, tmp_path: Path) -> None:
-    """Two versions pushed with the LFS store; a fresh clone checks the last one out."""
+def _push_and_clone(
+    server: LfsServer, tmp_path: Path, url: str | None = None, remote_proxy: str | None = None
+) -> None:
+    """Two versions pushed with the LFS store; a fresh clone checks the last one out.
+    `url`: the repository's URL as the clients name it; `remote_proxy`: the remote's
+    `remote.origin.proxy`, in the pushing repository and in the clone."""
+    url = url or server.repo_url()
+    server.repo_url()  # the bare repository, created
     versions = series(2, size=4000)
     root = init_mgit_repo(tmp_path / "src")
     commit_versions(root, versions)
     run_git("config", "mgit.store", "lfs", cwd=root)
-    run_git("remote", "add", "origin", server.repo_url(), cwd=root)
+    run_git("remote", "add", "origin", url, cwd=root)
+    setting = ("--config", f"remote.origin.proxy={remote_proxy}") if remote_proxy else ()
+    if remote_proxy:
+        run_git("config", "remote.origin.proxy", remote_proxy, cwd=root)
     run_git("push", "-q", "origin", "main", cwd=root)
     assert server.uploads()
-    fresh = clone(server.repo_url(), tmp_path / "fresh")
-    assert (fresh / MODEL).read_bytes() == versions[-1]
+    run_git("clone", "-q", *setting, url, tmp_path / "fresh", cwd=tmp_path)
+    assert (tmp_path / "fresh" / MODEL).read_bytes() == versions[-1]
 
 
 def _lfs_requests(server: LfsServer) -> list[str]:
@@ -158,6 +167,73 @@ def test_a_proxy_that_refuses_is_one_line_without_its_password(
             assert "\n" not in message and "http.proxy" in message and wrong not in message
         http.close()
     assert [method for method, _ in proxy.refused] == ["GET", "CONNECT"]
+
+
+def test_a_name_only_a_socks5h_proxy_knows_is_reached_through_it_with_tls_inside(
+    https_lfs_server: LfsServer,
+    certificates: Certificates,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server behind a bastion, known by a name only the bastion resolves: with
+    `http.proxy = socks5h://user:password@bastion`, git and the LFS client both send the
+    name to the proxy (nothing here could resolve it), log in to the proxy, and check
+    the server's certificate for that name inside the tunnel."""
+    _through_proxies(monkeypatch)
+    login = ("dora", secrets.token_urlsafe(8))
+    run_git("config", "--global", "http.sslCAInfo", str(certificates.ca), cwd=tmp_path)
+    port = https_lfs_server.url.rsplit(":", 1)[1]
+    internal = f"https://{INTERNAL_NAME}:{port}"
+    https_lfs_server.store_credentials(tmp_path / "git-credentials", also=(internal,))
+    with SocksProxy(credentials=login, names={INTERNAL_NAME: "127.0.0.1"}) as proxy:
+        run_git("config", "--global", "http.proxy", proxy.url("socks5h", login), cwd=tmp_path)
+        _push_and_clone(https_lfs_server, tmp_path, url=f"{internal}/org/repo.git")
+    assert {target for _, target in proxy.tunnels} == {f"{INTERNAL_NAME}:{port}"}
+    assert not proxy.refused
+    served = _lfs_requests(https_lfs_server)
+    assert any("/objects/batch" in r for r in served)
+    assert any(r.startswith("GET ") and "/objects/storage/" in r for r in served)
+
+
+def test_the_remotes_own_proxy_wins_and_socks_carries_plain_http(
+    lfs_server: LfsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`remote.origin.proxy` (SOCKS4a, then SOCKS5 resolving here: the address sent) wins
+    over an `http.proxy` that goes nowhere, for git and the LFS client alike; plain HTTP
+    goes through the tunnel as it would go direct."""
+    _through_proxies(monkeypatch)
+    run_git("config", "--global", "http.proxy", "http://127.0.0.1:9", cwd=tmp_path)  # closed
+    for scheme in ("socks4a", "socks5"):
+        (tmp_path / scheme).mkdir()
+        url = lfs_server.repo_url(f"org/{scheme}")
+        with SocksProxy() as proxy:
+            _push_and_clone(lfs_server, tmp_path / scheme, url, remote_proxy=proxy.url(scheme))
+        server = lfs_server.url.removeprefix("http://")
+        assert proxy.tunnels and set(proxy.tunnels) == {(scheme[:6], server)}, proxy.tunnels
+        lines = b"\n".join(proxy.first_lines)
+        batch = f"POST /org/{scheme}.git/info/lfs/objects/batch".encode()
+        for wanted in (batch, b"PUT ", b"GET "):
+            assert wanted in lines, (wanted, proxy.first_lines)
+        assert b"/objects/storage/" in lines
+
+
+def test_a_socks_proxy_that_refuses_is_one_line_without_its_password(
+    lfs_server: LfsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SOCKS5 proxy that wants a user and password, given a wrong one or none: one line
+    naming the proxy and where its URL is set, never retried, without the password."""
+    _through_proxies(monkeypatch)
+    wrong = secrets.token_urlsafe(12)
+    with SocksProxy(credentials=("erin", "right")) as proxy:
+        for login, said in ((("erin", wrong), "refused the user and password"), (None, "wants")):
+            config = HttpConfig([("http.proxy", proxy.url("socks5", login))], env={})
+            http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), config)
+            with pytest.raises(BlobStoreError, match=said) as refused:
+                http.send("GET", lfs_server.lfs_url() + "/locks", headers={})
+            message = str(refused.value)
+            assert "\n" not in message and "http.proxy" in message and wrong not in message
+            http.close()
+    assert len(proxy.refused) == 2 and not proxy.tunnels
 
 
 def test_a_token_in_http_extraheader_authorizes_without_a_credential_helper(

@@ -1,20 +1,34 @@
-"""A forward HTTP proxy on 127.0.0.1, as a company network puts between its machines and
-the servers outside: `CONNECT host:port` tunnels for https, absolute-URI requests for
-http (each on a connection of its own upstream, closed after its answer). It can ask for
-credentials (`Proxy-Authorization: Basic`, 407 otherwise), and it logs each request it
-took, so a test sees what went through it:
+"""Proxies on 127.0.0.1, as a company network puts between its machines and the servers
+outside.
+
+ForwardProxy is an HTTP proxy: `CONNECT host:port` tunnels for https, absolute-URI
+requests for http (each on a connection of its own upstream, closed after its answer).
+It can ask for credentials (`Proxy-Authorization: Basic`, 407 otherwise), and it logs
+each request it took, so a test sees what went through it:
 
     with ForwardProxy(credentials=("alice", "secret")) as proxy:
         ...                                    # git config http.proxy proxy.url_with_credentials
         proxy.requests                         # [("CONNECT", "127.0.0.1:4443"), ("POST", "http://...")]
+
+SocksProxy speaks SOCKS 4, 4a and 5 (a user and password, if given, are required: RFC
+1929 for SOCKS5, the user id for SOCKS4). It can know names no resolver here knows
+(`names`), as a bastion does for the network behind it, and it logs each tunnel (the
+target as the client sent it: a name or an address) and the first line sent through
+each, which for plain HTTP is the first request's:
+
+    with SocksProxy(names={"lfs.internal.test": "127.0.0.1"}) as proxy:
+        ...                                    # git config http.proxy proxy.url("socks5h")
+        proxy.tunnels                          # [("socks5", "lfs.internal.test:4443"), ...]
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import ipaddress
 import socket
 import socketserver
+import struct
 import threading
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -26,6 +40,17 @@ _MAX_LINE = 1 << 16
 _HOP_BY_HOP = (b"connection", b"proxy-connection", b"proxy-authorization", b"keep-alive")
 
 
+def _bind(proxy: ServedOnThread, handler: type[socketserver.BaseRequestHandler]) -> None:
+    """A port on loopback for `proxy`, each client served on a thread of its own by
+    `handler` (which finds the proxy as its server's `proxy`)."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.proxy = proxy  # type: ignore[attr-defined]
+    proxy._server = server
+    proxy.port = server.server_address[1]  # type: ignore[attr-defined]
+    proxy._thread = threading.Thread(target=server.serve_forever, daemon=True)
+
+
 class ForwardProxy(ServedOnThread):
     """The proxy, bound at construction, serving while entered."""
 
@@ -34,11 +59,7 @@ class ForwardProxy(ServedOnThread):
         self.requests: list[tuple[str, str]] = []  # (method, target) of each request taken
         self.refused: list[tuple[str, str]] = []  # requests answered 407
         self._lock = threading.Lock()
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.proxy = self  # type: ignore[attr-defined]
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        _bind(self, _Handler)
 
     @property
     def url(self) -> str:
@@ -110,6 +131,155 @@ class _Handler(socketserver.StreamRequestHandler):
             with contextlib.suppress(OSError):  # wakes the sending thread's read
                 self.request.shutdown(socket.SHUT_RDWR)
             sending.join()
+
+
+class SocksProxy(ServedOnThread):
+    """The SOCKS proxy, bound at construction, serving while entered."""
+
+    def __init__(
+        self, credentials: tuple[str, str] | None = None, names: dict[str, str] | None = None
+    ) -> None:
+        self.credentials = credentials
+        self.names = names or {}  # what this proxy resolves that nothing else here does
+        self.tunnels: list[tuple[str, str]] = []  # ("socks4" or "socks5", target as sent)
+        self.first_lines: list[bytes] = []  # of the bytes sent through each tunnel
+        self.refused: list[str] = []  # why each client was turned away
+        self._lock = threading.Lock()
+        _bind(self, _SocksHandler)
+
+    def url(self, scheme: str = "socks5h", credentials: tuple[str, str] | None = None) -> str:
+        """Its URL for git's settings (`credentials`: the user and password to put in it)."""
+        login = f"{credentials[0]}:{credentials[1]}@" if credentials else ""
+        return f"{scheme}://{login}127.0.0.1:{self.port}"
+
+    def note(self, kind: str, target: str) -> None:
+        with self._lock:
+            self.tunnels.append((kind, target))
+
+    def saw(self, line: bytes) -> None:
+        with self._lock:
+            self.first_lines.append(line)
+
+    def refuse(self, why: str) -> None:
+        with self._lock:
+            self.refused.append(why)
+
+
+class _SocksHandler(socketserver.BaseRequestHandler):
+    server: socketserver.ThreadingTCPServer
+    request: socket.socket
+
+    def handle(self) -> None:
+        proxy: SocksProxy = self.server.proxy  # type: ignore[attr-defined]
+        try:
+            version = _exactly(self.request, 1)
+            if version == b"\x05":
+                target = self._socks5(proxy)
+            elif version == b"\x04":
+                target = self._socks4(proxy)
+            else:
+                return
+        except OSError:
+            return
+        if target is None:
+            return
+        upstream, answer = target
+        with upstream:
+            self.request.sendall(answer)
+            sniffing = _Sniffing(self.request, proxy)
+            sending = threading.Thread(target=_pump, args=(sniffing.read, upstream), daemon=True)
+            sending.start()
+            _pump(upstream.recv, self.request)
+            with contextlib.suppress(OSError):
+                self.request.shutdown(socket.SHUT_RDWR)
+            sending.join()
+
+    def _socks5(self, proxy: SocksProxy) -> tuple[socket.socket, bytes] | None:
+        sock = self.request
+        methods = _exactly(sock, _exactly(sock, 1)[0])
+        if proxy.credentials is None:
+            sock.sendall(b"\x05\x00")
+        elif b"\x02" not in methods:
+            proxy.refuse("socks5: no user and password offered")
+            sock.sendall(b"\x05\xff")
+            return None
+        else:
+            sock.sendall(b"\x05\x02")
+            _exactly(sock, 1)
+            user = _exactly(sock, _exactly(sock, 1)[0]).decode()
+            password = _exactly(sock, _exactly(sock, 1)[0]).decode()
+            if (user, password) != proxy.credentials:
+                proxy.refuse(f"socks5: wrong password for {user}")
+                sock.sendall(b"\x01\x01")
+                return None
+            sock.sendall(b"\x01\x00")
+        _, command, _, kind = _exactly(sock, 4)
+        if kind == 3:
+            host = _exactly(sock, _exactly(sock, 1)[0]).decode()
+        else:
+            host = str(ipaddress.ip_address(_exactly(sock, 4 if kind == 1 else 16)))
+        port = struct.unpack(">H", _exactly(sock, 2))[0]
+        proxy.note("socks5", f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        upstream = _reach(proxy, host, port) if command == 1 else None
+        if upstream is None:
+            sock.sendall(b"\x05\x05\x00\x01" + bytes(6))  # connection refused
+            return None
+        return upstream, b"\x05\x00\x00\x01" + bytes(6)
+
+    def _socks4(self, proxy: SocksProxy) -> tuple[socket.socket, bytes] | None:
+        sock = self.request
+        command, port, address = struct.unpack(">BH4s", _exactly(sock, 7))
+        user = _until_nul(sock).decode()
+        host = str(ipaddress.IPv4Address(address))
+        if address[:3] == b"\x00\x00\x00" and address[3]:  # 4a: the name follows
+            host = _until_nul(sock).decode()
+        if proxy.credentials is not None and user != proxy.credentials[0]:
+            proxy.refuse(f"socks4: unknown user {user!r}")
+            sock.sendall(b"\x00\x5b" + bytes(6))
+            return None
+        proxy.note("socks4", f"{host}:{port}")
+        upstream = _reach(proxy, host, port) if command == 1 else None
+        if upstream is None:
+            sock.sendall(b"\x00\x5b" + bytes(6))
+            return None
+        return upstream, b"\x00\x5a" + bytes(6)
+
+
+class _Sniffing:
+    """A tunnel's client side, read for the relay; its first line is noted."""
+
+    def __init__(self, sock: socket.socket, proxy: SocksProxy) -> None:
+        self._sock, self._proxy, self._first = sock, proxy, True
+
+    def read(self, size: int) -> bytes:
+        data = self._sock.recv(size)
+        if self._first and data:
+            self._first = False
+            self._proxy.saw(data.split(b"\r\n", 1)[0])
+        return data
+
+
+def _reach(proxy: SocksProxy, host: str, port: int) -> socket.socket | None:
+    with contextlib.suppress(OSError):
+        return socket.create_connection((proxy.names.get(host, host), port), timeout=10)
+    return None
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        got = sock.recv(n - len(data))
+        if not got:
+            raise OSError("the client left")
+        data += got
+    return data
+
+
+def _until_nul(sock: socket.socket) -> bytes:
+    data = b""
+    while (byte := _exactly(sock, 1)) != b"\x00":
+        data += byte
+    return data
 
 
 def _pump(read: Callable[[int], bytes], to: socket.socket) -> None:

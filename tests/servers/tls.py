@@ -1,5 +1,6 @@
 """A certificate authority of the test's own and a server certificate it signed for
-127.0.0.1 and ::1 (made with the `openssl` command), for HTTPS servers on loopback."""
+127.0.0.1, ::1 and INTERNAL_NAME (made with the `openssl` command), for HTTPS servers on
+loopback."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _EC = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+# A name no resolver here knows (.test is reserved): only a test's SOCKS proxy reaches it.
+INTERNAL_NAME = "lfs.internal.test"
 _SERVER_EXTENSIONS = (
-    "subjectAltName=IP:127.0.0.1,IP:::1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+    f"subjectAltName=IP:127.0.0.1,IP:::1,DNS:{INTERNAL_NAME}\n"
+    "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
 )
 
 
@@ -21,7 +25,8 @@ class Certificates:
 
 
 def make_certificates(folder: Path) -> Certificates:
-    """A new authority and a server certificate for 127.0.0.1 and ::1, valid for two days."""
+    """A new authority and a server certificate for 127.0.0.1, ::1 and INTERNAL_NAME, valid
+    for two days."""
     folder.mkdir(parents=True, exist_ok=True)
     ca, ca_key = folder / "ca.pem", folder / "ca.key"
     cert, key, request = folder / "server.pem", folder / "server.key", folder / "server.csr"

@@ -7,7 +7,11 @@ Modelled on git-lfs's own layout:
 - sshauth.py: git-lfs-authenticate over ssh (lfshttp/ssh.go, ssh/);
 - creds.py, auth.py: git credential fill/approve/reject, access modes (creds/, lfsapi/auth.go);
 - policy.py: where credentials may go; URLs as users see them;
-- http.py: the connection pool, redirects, credentials on the wire (lfshttp/);
+- http.py: redirects, credentials on the wire (lfshttp/);
+- httpconfig.py: git's `http.*` settings for a URL: TLS, proxy, extra headers
+  (lfshttp/certs.go, proxy.go);
+- connections.py: keep-alive connections per server (lfshttp/client.go);
+- tunnel.py: a connection through a proxy: HTTP CONNECT, SOCKS 4, 4a and 5;
 - retry.py: backoff, Retry-After (tq/transfer_queue.go);
 - batch.py, api.py: the Batch API (tq/api.go);
 - basic.py: the basic transfer adapter (tq/basic_upload.go, basic_download.go);

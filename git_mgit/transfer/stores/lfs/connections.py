@@ -8,9 +8,9 @@ not close it; an idle one the server closed meanwhile is dropped before use.
 HTTPS verifies the server's certificate and name against the system's CAs
 and those git's `http.sslCAInfo` / `http.sslCAPath` name (httpconfig.py says
 what the client takes from git's `http.*` settings). A server behind a proxy
-is reached through it: a CONNECT tunnel for https, absolute-URI requests for
-http. The connect timeout covers opening a connection, the read timeout each
-silence after it.
+is reached through it: absolute-URI requests for http through an HTTP proxy,
+else a tunnel (tunnel.py: CONNECT, or SOCKS). The connect timeout covers
+opening a connection, the read timeout each silence after it.
 
 urllib3 did this before: importing it took about 45 ms of every LFS process
 (a clone's filter, a push's hook) on a small VM, for nothing this needs.
@@ -19,7 +19,6 @@ urllib3 did this before: importing it took about 45 ms of every LFS process
 from __future__ import annotations
 
 import select
-import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable
@@ -28,11 +27,11 @@ from ssl import SSLContext
 from urllib.parse import urlsplit
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
-from git_mgit.transfer.stores.lfs.httpconfig import Proxy, Route, Tls
+from git_mgit.transfer.stores.lfs import tunnel
+from git_mgit.transfer.stores.lfs.httpconfig import Route, Tls
 from git_mgit.transfer.stores.lfs.policy import origin
 
 Origin = tuple[str, str, int]
-_MAX_LINE = 1 << 16  # of a proxy's answer to CONNECT
 DIRECT = Route()  # no proxy, the system's CAs
 
 
@@ -99,8 +98,9 @@ class _Origin:
 
     @property
     def proxied(self) -> bool:
-        """Whether requests go to a proxy in absolute form (http through a proxy)."""
-        return self.route.proxy is not None and self.origin[0] == "http"
+        """Whether requests go to a proxy in absolute form (http through an HTTP proxy)."""
+        proxy = self.route.proxy
+        return proxy is not None and proxy.scheme == "http" and self.origin[0] == "http"
 
     def get(self) -> HTTPConnection:
         """An open connection: an idle one still open, else a new one (waits for a slot)."""
@@ -134,18 +134,22 @@ class _Origin:
     def _open(self) -> HTTPConnection:
         scheme, host, port = self.origin
         proxy = self.route.proxy
-        to_host, to_port = (proxy.host, proxy.port) if proxy else (host, port)
         conn: HTTPConnection
-        if scheme == "https" and proxy is not None:  # TLS to the server, inside a tunnel
-            context = self._tls(self.route.tls)
-            conn = HTTPSConnection(host, port, timeout=self._connect_s, context=context)
-            tunnel = _tunnel(proxy, host, port, self._connect_s)
+        if proxy is not None and not self.proxied:  # TLS or HTTP inside a tunnel
+            sock = tunnel.connect(proxy, host, port, self._connect_s)
             try:
-                conn.sock = context.wrap_socket(tunnel, server_hostname=host)
+                if scheme == "https":
+                    context = self._tls(self.route.tls)
+                    conn = HTTPSConnection(host, port, timeout=self._connect_s, context=context)
+                    conn.sock = context.wrap_socket(sock, server_hostname=host)
+                else:
+                    conn = HTTPConnection(host, port, timeout=self._connect_s)
+                    conn.sock = sock
             except BaseException:
-                tunnel.close()
+                sock.close()
                 raise
         else:
+            to_host, to_port = (proxy.host, proxy.port) if proxy else (host, port)
             if scheme == "https":
                 context = self._tls(self.route.tls)
                 conn = HTTPSConnection(to_host, to_port, timeout=self._connect_s, context=context)
@@ -155,35 +159,6 @@ class _Origin:
         assert conn.sock is not None
         conn.sock.settimeout(self._read_s)
         return conn
-
-
-class ProxyRefused(OSError):
-    """The proxy answered a CONNECT with 407: it wants (other) credentials."""
-
-
-def _tunnel(proxy: Proxy, host: str, port: int, timeout: float) -> socket.socket:
-    """A connection to `host`:`port` through `proxy`'s CONNECT (http.client's own writes
-    an IPv6 address without brackets before Python 3.12)."""
-    sock = socket.create_connection((proxy.host, proxy.port), timeout)
-    try:
-        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
-        if proxy.authorization:
-            lines.append(f"Proxy-Authorization: {proxy.authorization}")
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-        with sock.makefile("rb", buffering=0) as answer:  # unbuffered: TLS bytes follow
-            status = answer.readline(_MAX_LINE).split(b" ", 2)
-            while answer.readline(_MAX_LINE) not in (b"\r\n", b"\n", b""):
-                pass
-        code = int(status[1]) if len(status) > 1 and status[1].isdigit() else 0
-        if code == 407:
-            raise ProxyRefused(f"proxy {proxy.shown} answered 407")
-        if code // 100 != 2:
-            raise OSError(f"proxy {proxy.shown} answered {code or 'no HTTP'} to CONNECT")
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 class Pool:

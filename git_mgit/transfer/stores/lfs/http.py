@@ -24,9 +24,9 @@ from urllib.parse import urljoin
 
 from git_mgit.transfer.stores.blobs import BlobStoreError, Body
 from git_mgit.transfer.stores.lfs.auth import Access
-from git_mgit.transfer.stores.lfs.connections import Pool, ProxyRefused, Response
+from git_mgit.transfer.stores.lfs.connections import Pool, Response
 from git_mgit.transfer.stores.lfs.creds import Credential
-from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Proxy
 from git_mgit.transfer.stores.lfs.policy import (
     may_send_credentials,
     origin,
@@ -36,6 +36,7 @@ from git_mgit.transfer.stores.lfs.policy import (
 )
 from git_mgit.transfer.stores.lfs.retry import Transient, retry_after, transient
 from git_mgit.transfer.stores.lfs.trace import trace
+from git_mgit.transfer.stores.lfs.tunnel import ProxyRefused
 
 T = TypeVar("T")
 
@@ -177,23 +178,29 @@ class Http:
             ) from None
         except (ValueError, InvalidURL):  # from an answer or redirect: no retry mends it
             raise _unsendable(url) from None
-        except ProxyRefused:
-            raise _proxy_refused(url) from None
+        except ProxyRefused as refused:
+            raise _proxy_refused(url, proxy, str(refused), refused.login) from None
         except (OSError, HTTPException) as exc:
-            raise Transient(f"{describe(exc)} talking to {redact(url)}") from None
+            through = f" through proxy {proxy.shown}" if proxy else ""
+            raise Transient(f"{describe(exc)} talking to {redact(url)}{through}") from None
         trace(f"{method} {redact(url)} -> {response.status}")
         if response.status == 407:  # the proxy of an http request refused it
             _discard(response)
-            raise _proxy_refused(url)
+            shown = proxy.shown if proxy else "?"
+            raise _proxy_refused(
+                url, proxy, f"proxy {shown} answered 407 (Proxy Authentication Required)"
+            )
         return response
 
 
-def _proxy_refused(url: str) -> BlobStoreError:
-    return BlobStoreError(
-        f"the proxy git's settings give for {redact(url)} refused it (HTTP 407: Proxy "
-        "Authentication Required); give its user and password in http.proxy "
-        "(http://user:password@host:port) or https_proxy"
+def _proxy_refused(url: str, proxy: Proxy | None, why: str, login: bool = True) -> BlobStoreError:
+    setting = proxy.setting if proxy else "http.proxy"
+    fix = (
+        f"give its user and password in {setting} (scheme://user:password@host:port)"
+        if login
+        else f"ask its keepers to let the server through, or change {setting}"
     )
+    return BlobStoreError(f"the proxy for {redact(url)} refused it ({why}); {fix}")
 
 
 def read_body(response: Response, url: str, limit: int | None = None) -> bytes:

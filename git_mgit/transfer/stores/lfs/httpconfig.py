@@ -4,11 +4,13 @@ where git goes: through the same proxy, trusting the same CAs, with the same ext
 - TLS: `http.sslVerify`, `http.sslCAInfo`, `http.sslCAPath`, `http.sslCert`,
   `http.sslKey`; git's environment variables override them (`GIT_SSL_NO_VERIFY`,
   `GIT_SSL_CAINFO`, `GIT_SSL_CAPATH`, `GIT_SSL_CERT`, `GIT_SSL_KEY`).
-- The proxy: `http.proxy`, else the environment's (`https_proxy` or `HTTPS_PROXY`
-  for https, `http_proxy` for http, then `all_proxy` or `ALL_PROXY`: the first one
-  set, an empty one meaning none), as curl reads them; `no_proxy` (else `NO_PROXY`)
-  names hosts, domains and address ranges (`10.0.0.0/8`) that go direct, whichever
-  proxy was named (`*` alone: every host). An empty `http.proxy` means no proxy.
+- The proxy: the remote's `remote.<name>.proxy`, else `http.proxy`, else the
+  environment's (`https_proxy` or `HTTPS_PROXY` for https, `http_proxy` for http,
+  then `all_proxy` or `ALL_PROXY`: the first one set, an empty one meaning none), as
+  curl reads them; `no_proxy` (else `NO_PROXY`) names hosts, domains and address
+  ranges (`10.0.0.0/8`) that go direct, whichever proxy was named (`*` alone: every
+  host). An empty setting means no proxy. An HTTP proxy, or SOCKS 4, 4a, 5 or 5h
+  (tunnel.py).
 - `http.extraHeader`, as many as given (an empty one drops those before it): CI
   systems pass a token this way (GitHub's checkout action among them).
 
@@ -29,7 +31,7 @@ import os
 import re
 import string
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
@@ -43,6 +45,7 @@ _ENV_TLS = {
 }
 _FALSE = frozenset({"false", "no", "off", "0"})
 _PROXY_PORT = 1080  # curl's, for a proxy URL without one
+_PROXY_SCHEMES = frozenset({"http", "socks4", "socks4a", "socks5", "socks5h"})
 _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 
@@ -60,12 +63,24 @@ class Tls:
 
 @dataclass(frozen=True)
 class Proxy:
-    """An HTTP proxy: where it is, and the credentials its URL gave (a header's value)."""
+    """A proxy: its kind (`http`, `socks4`, `socks4a`, `socks5`, `socks5h`), where it is,
+    and the credentials its URL gave."""
 
+    scheme: str
     host: str
     port: int
-    authorization: str | None = None
+    user: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
     shown: str = ""  # its URL without credentials, for messages
+    setting: str = "http.proxy"  # where it was named, for messages
+
+    @property
+    def authorization(self) -> str | None:
+        """An HTTP proxy's Proxy-Authorization value for the credentials, if any."""
+        if self.user is None:
+            return None
+        pair = f"{self.user}:{self.password or ''}".encode()
+        return "Basic " + base64.b64encode(pair).decode()
 
 
 @dataclass(frozen=True)
@@ -89,11 +104,17 @@ class HttpConfig:
     """The `http.*` entries of git config, in order, asked about one URL at a time."""
 
     def __init__(
-        self, pairs: Iterable[tuple[str, str]], env: Mapping[str, str] | None = None
+        self,
+        pairs: Iterable[tuple[str, str]],
+        env: Mapping[str, str] | None = None,
+        remote_proxy: tuple[str, str] | None = None,
     ) -> None:
-        """`pairs`: (key, value) as `git config --list` gives them; `env`: the environment."""
+        """`pairs`: (key, value) as `git config --list` gives them; `env`: the environment;
+        `remote_proxy`: (`remote.<name>.proxy`, its value) of the remote the requests are
+        for, if set: it wins over `http.proxy`, as in git."""
         self._entries = [(k, v) for k, v in pairs if k.startswith("http.")]
         self._env = os.environ if env is None else env
+        self._remote_proxy = remote_proxy
 
     def route(self, url: str) -> Route:
         """The TLS settings and proxy for requests to `url`; BlobStoreError for a proxy
@@ -108,7 +129,7 @@ class HttpConfig:
         }
         return Route(
             Tls(verify, tls["sslcainfo"], tls["sslcapath"], tls["sslcert"], tls["sslkey"]),
-            self._proxy(url, said.get("proxy")),
+            self._proxy(url, self._remote_proxy or _named("http.proxy", said.get("proxy"))),
         )
 
     def headers(self, url: str) -> list[tuple[str, str]]:
@@ -150,7 +171,8 @@ class HttpConfig:
             best[name] = match
             yield name, value
 
-    def _proxy(self, url: str, configured: str | None) -> Proxy | None:
+    def _proxy(self, url: str, configured: tuple[str, str] | None) -> Proxy | None:
+        """`configured`: (setting, value) of the proxy git config names, if it does."""
         try:
             parts = urlsplit(url)
             host = (parts.hostname or "").lower()
@@ -160,7 +182,8 @@ class HttpConfig:
         if bypass is not None and _bypassed(host, bypass[1]):
             return None
         if configured is not None:
-            return _parse_proxy(configured, "http.proxy") if configured.strip() else None
+            setting, value = configured
+            return _parse_proxy(value, setting) if value.strip() else None
         names = ("https_proxy", "HTTPS_PROXY") if parts.scheme == "https" else ("http_proxy",)
         named = self._first(*names, "all_proxy", "ALL_PROXY")
         return _parse_proxy(named[1], named[0]) if named and named[1].strip() else None
@@ -168,6 +191,10 @@ class HttpConfig:
     def _first(self, *names: str) -> tuple[str, str] | None:
         """The first of the environment variables `names` that is set (empty or not)."""
         return next(((n, self._env[n]) for n in names if n in self._env), None)
+
+
+def _named(setting: str, value: str | None) -> tuple[str, str] | None:
+    return None if value is None else (setting, value)
 
 
 def _git_bool(value: str) -> bool:
@@ -183,25 +210,25 @@ def _git_bool(value: str) -> bool:
 
 
 def _parse_proxy(value: str, setting: str) -> Proxy:
-    """`[http://][user[:password]@]host[:port]`, as git and curl take it."""
+    """`[scheme://][user[:password]@]host[:port]`, as git and curl take it (no scheme:
+    http)."""
     text = value.strip()
     try:
         parts = urlsplit(text if "://" in text else f"http://{text}")
         port = parts.port or _PROXY_PORT
     except ValueError:  # an unparsable host or port: shown without what it holds
         parts, port = urlsplit(f"{text.partition('://')[0]}://?"), 0
-    shown = f"{parts.scheme}://{parts.hostname or '?'}:{port or '?'}"
-    if parts.scheme.lower() != "http" or not parts.hostname or not port:
+    scheme = parts.scheme.lower()
+    shown = f"{scheme}://{parts.hostname or '?'}:{port or '?'}"
+    if scheme not in _PROXY_SCHEMES or not parts.hostname or not port:
         raise BlobStoreError(
             f"{setting} = {shown}: not a proxy git-mgit's LFS client can use (it takes "
-            f"http://[user:password@]host[:port]: no https:// or SOCKS proxy); fix {setting}, "
-            "or unset it for the LFS server"
+            "http://, socks4://, socks4a://, socks5:// and socks5h://[user:password@]host"
+            f"[:port]: no https:// proxy); fix {setting}, or unset it for the LFS server"
         )
-    authorization = None
-    if parts.username is not None:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        authorization = "Basic " + base64.b64encode(pair.encode()).decode()
-    return Proxy(parts.hostname, port, authorization, shown)
+    user = None if parts.username is None else unquote(parts.username)
+    password = None if parts.password is None else unquote(parts.password)
+    return Proxy(scheme, parts.hostname, port, user, password, shown, setting)
 
 
 def _match(target: SplitResult, scope: str) -> _Match | None:

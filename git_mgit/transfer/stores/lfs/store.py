@@ -58,7 +58,9 @@ class LfsStore(BlobStore):
         cwd: Path,
         config: LfsConfig | None = None,
         modes: AccessModes | None = None,
+        remote_proxy: tuple[str, str] | None = None,
     ) -> None:
+        """`remote_proxy`: the remote's `remote.<name>.proxy` setting and value, if set."""
         config = config or LfsConfig()
         self.concurrency = config.number("lfs.concurrenttransfers", 8, 1)
         timeouts = Timeouts(
@@ -67,7 +69,8 @@ class LfsStore(BlobStore):
         )
         modes = modes or AccessModes()
         access = Access(GitCredentials(cwd), modes)
-        self._http = Http(access, self.concurrency, timeouts, HttpConfig(config.http))
+        http_config = HttpConfig(config.http, remote_proxy=remote_proxy)
+        self._http = Http(access, self.concurrency, timeouts, http_config)
         retry = RetryPolicy.from_config(config)
         self.endpoint = download
         self._where = f"Git LFS at {redact(download.url)}"
@@ -94,7 +97,16 @@ class LfsStore(BlobStore):
             return None
         upload = endpoint_for(repo, remote, "upload", config)
         modes = AccessModes(repo.mgit_dir / "lfs-access")
-        return cls(download, upload, cwd=repo.worktree or repo.git_dir, config=config, modes=modes)
+        setting = f"remote.{remote}.proxy"  # git's requests to the remote go there too
+        proxy = config.get(setting)
+        return cls(
+            download,
+            upload,
+            cwd=repo.worktree or repo.git_dir,
+            config=config,
+            modes=modes,
+            remote_proxy=None if proxy is None else (setting, proxy),
+        )
 
     def describe(self) -> str:
         return self._where

@@ -22,7 +22,8 @@ from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.auth import Access
 from git_mgit.transfer.stores.lfs.creds import GitCredentials
 from git_mgit.transfer.stores.lfs.http import Http, Timeouts
-from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Tls
+from git_mgit.transfer.stores.lfs.tls import client_context
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo
 from tests.servers.lfs import LfsServer
@@ -252,10 +253,7 @@ def test_a_token_in_http_extraheader_authorizes_without_a_credential_helper(
 def test_gits_ca_is_trusted_beside_the_systems(certificates: Certificates) -> None:
     """`http.sslCAInfo` adds a CA to the system's (as git-lfs does): storage hrefs on a
     public host stay trusted when the CA named only signs the company's git server."""
-    from git_mgit.transfer.stores.lfs.connections import _context
-    from git_mgit.transfer.stores.lfs.httpconfig import Tls
-
-    ours = _context(Tls(ca_file=str(certificates.ca))).get_ca_certs()
+    ours = client_context(Tls(ca_file=str(certificates.ca))).get_ca_certs()
     assert any(dict(c["subject"][0]).get("commonName") == "git-mgit test CA" for c in ours)
     assert len(ours) > 1  # the system's too
 
@@ -301,17 +299,82 @@ def test_an_ipv6_server_is_tunnelled_with_its_address_in_brackets(
         server.server_close()
 
 
-def test_a_client_key_behind_a_passphrase_is_one_line_and_never_prompts(
-    certificates: Certificates,
-) -> None:
-    """OpenSSL would ask for the passphrase on the terminal (a filter's git waits on it);
-    like curl, the client fails instead, naming the files and the settings."""
-    from git_mgit.transfer.stores.lfs.connections import _context
-    from git_mgit.transfer.stores.lfs.httpconfig import Tls
+def _locked(key: Path, passphrase: str) -> Path:
+    """A copy of `key` behind `passphrase`."""
+    locked = key.with_name(f"locked-{key.name}")
+    encrypt = ["pkey", "-in", key, "-aes256", "-passout", f"pass:{passphrase}", "-out", locked]
+    subprocess.run(["openssl", *map(str, encrypt)], check=True, capture_output=True)
+    return locked
 
-    locked = certificates.key.with_name("locked.key")
-    encrypt = ["pkey", "-in", certificates.key, "-aes256", "-passout", "pass:x", "-out", locked]
-    subprocess.run(["openssl", *encrypt], check=True, capture_output=True)
+
+def _passphrase_helper(folder: Path, passphrase: str) -> tuple[Path, Path]:
+    """(a git credential helper that gives `passphrase` for `cert` requests alone, the log
+    of every action and request it was given)."""
+    log, helper = folder / "asked.log", folder / "cert-helper"
+    helper.write_text(
+        "#!/bin/sh\n"
+        f'input=$(cat); printf "%s\\n%s\\n\\n" "$1" "$input" >> {log}\n'
+        f'case "$1 $input" in "get "*protocol=cert*) echo password={passphrase};; esac\n'
+    )
+    helper.chmod(0o755)
+    return helper, log
+
+
+def test_a_client_key_behind_a_passphrase_opens_with_what_gits_credential_helper_gives(
+    tmp_path: Path, certificates: Certificates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that admits only clients showing a certificate its CA signed, the client's
+    key behind a passphrase, `http.sslCertPasswordProtected`: git and the LFS client both
+    ask git's credential helper for `cert:///<certificate>`, open the key with what it
+    gives, and approve it; the push and a fresh clone go through."""
+    for name in ("GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "GIT_SSL_NO_VERIFY", "GIT_SSL_CERT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    passphrase = secrets.token_urlsafe(12)
+    locked = _locked(certificates.client_key, passphrase)
+    helper, log = _passphrase_helper(tmp_path, passphrase)
+    password = secrets.token_urlsafe(16)
+    with LfsServer(
+        tmp_path / "lfs-server", "mgit-user", password, tls=certificates, client_certificates=True
+    ) as server:
+        server.store_credentials(tmp_path / "git-credentials")
+        for key, value in (
+            ("credential.helper", str(helper)),
+            ("http.sslCAInfo", str(certificates.ca)),
+            ("http.sslCert", str(certificates.client_cert)),
+            ("http.sslKey", str(locked)),
+            ("http.sslCertPasswordProtected", "true"),
+        ):
+            run_git("config", "--global", "--add", key, value, cwd=tmp_path)
+        _push_and_clone(server, tmp_path)
+        assert any("/objects/storage/" in r for r in _lfs_requests(server))
+        # without a certificate: refused by the server, in one line saying what to set
+        config = HttpConfig([("http.sslcainfo", str(certificates.ca))], env={})
+        http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), config)
+        with pytest.raises(BlobStoreError, match="client certificate") as refused:  # or EOF
+            http.send("GET", server.lfs_url() + "/locks", headers={})
+        assert "\n" not in str(refused.value) and "http.sslCert" in str(refused.value)
+        http.close()
+    asked = log.read_text()
+    assert f"get\nprotocol=cert\nhost=\npath={certificates.client_cert}\n" in asked
+    assert "store\nprotocol=cert" in asked and "erase" not in asked
+
+
+def test_a_client_key_behind_a_passphrase_is_one_line_and_never_prompts(
+    certificates: Certificates, tmp_path: Path
+) -> None:
+    """Without `http.sslCertPasswordProtected` OpenSSL would ask on the terminal (a
+    filter's git waits on it): like curl, the client fails instead, saying what to set.
+    With it, a wrong passphrase from the helper is one line and rejected there."""
+    locked = _locked(certificates.client_key, "right")
+    tls = Tls(cert=str(certificates.client_cert), key=str(locked))
     with pytest.raises(BlobStoreError, match="passphrase") as failed:
-        _context(Tls(cert=str(certificates.cert), key=str(locked)))
-    assert "\n" not in str(failed.value) and "http.sslKey" in str(failed.value)
+        client_context(tls)
+    assert "\n" not in str(failed.value) and "http.sslCertPasswordProtected" in str(failed.value)
+    helper, log = _passphrase_helper(tmp_path, "wrong")
+    run_git("config", "--global", "credential.helper", str(helper), cwd=tmp_path)
+    protected = Tls(cert=tls.cert, key=tls.key, password_protected=True)
+    with pytest.raises(BlobStoreError, match="did not open") as failed:
+        client_context(protected, GitCredentials(tmp_path))
+    assert "\n" not in str(failed.value) and "wrong" not in str(failed.value)
+    assert "erase\nprotocol=cert" in log.read_text()

@@ -22,6 +22,7 @@ import hmac
 import logging
 import os
 import secrets
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -220,23 +221,45 @@ class _Gate:
         return None
 
 
+def _server_context(tls: Certificates, client_certificates: bool) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls.cert, tls.key)
+    if client_certificates:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(tls.ca)
+    return context
+
+
 class LfsServer(ServedOnThread):
     """giftless and git http-backend on one port (bound at construction, served while entered)."""
 
     def __init__(
-        self, root: Path, username: str, password: str, tls: Certificates | None = None
+        self,
+        root: Path,
+        username: str,
+        password: str,
+        tls: Certificates | None = None,
+        client_certificates: bool = False,
     ) -> None:
         """Bind the port; use it as a context manager (leaving it stops the server).
-        `tls`: serve HTTPS with that certificate (else plain HTTP)."""
+        `tls`: serve HTTPS with that certificate (else plain HTTP); `client_certificates`:
+        and accept only clients showing a certificate its authority signed."""
         if not _running.acquire(blocking=False):
             raise RuntimeError("one LfsServer per process at a time (giftless's globals)")
         try:
-            self._build(root, username, password, tls)
+            self._build(root, username, password, tls, client_certificates)
         except BaseException:
             _running.release()
             raise
 
-    def _build(self, root: Path, username: str, password: str, tls: Certificates | None) -> None:
+    def _build(
+        self,
+        root: Path,
+        username: str,
+        password: str,
+        tls: Certificates | None,
+        client_certificates: bool,
+    ) -> None:
         self.root = root
         self.username, self.password = username, password
         self.git_root = root / "git"
@@ -250,7 +273,7 @@ class LfsServer(ServedOnThread):
             _logged(self._giftless(), self.log),
             threaded=True,
             request_handler=_Handler,
-            ssl_context=None if tls is None else (str(tls.cert), str(tls.key)),
+            ssl_context=None if tls is None else _server_context(tls, client_certificates),
         )
         # What the shared handlers read from their server: gitsandbox's CGI (project root,
         # environment, request log) and the gate.

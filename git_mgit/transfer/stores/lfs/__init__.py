@@ -11,6 +11,7 @@ Modelled on git-lfs's own layout:
 - httpconfig.py: git's `http.*` settings for a URL: TLS, proxy, extra headers
   (lfshttp/certs.go, proxy.go);
 - connections.py: keep-alive connections per server (lfshttp/client.go);
+- tls.py: the TLS context: git's CAs, a client certificate and its key's passphrase;
 - tunnel.py: a connection through a proxy: HTTP CONNECT, SOCKS 4, 4a and 5;
 - retry.py: backoff, Retry-After (tq/transfer_queue.go);
 - batch.py, api.py: the Batch API (tq/api.go);

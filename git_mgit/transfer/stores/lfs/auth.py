@@ -74,6 +74,11 @@ class Access:
         self._helper = helper
         self._modes = modes or AccessModes()
 
+    @property
+    def helper(self) -> GitCredentials:
+        """git credential, for what else the client asks it (a client key's passphrase)."""
+        return self._helper
+
     def current(self, cred_url: str) -> Credential | None:
         """What to send now: the filled credential once the server has asked for one, in
         this process or (`modes`) before."""

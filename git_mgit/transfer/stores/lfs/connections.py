@@ -19,17 +19,16 @@ urllib3 did this before: importing it took about 45 ms of every LFS process
 from __future__ import annotations
 
 import select
-import ssl
 import threading
 from collections.abc import Callable, Iterable
 from http.client import HTTPConnection, HTTPMessage, HTTPResponse, HTTPSConnection
 from ssl import SSLContext
 from urllib.parse import urlsplit
 
-from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs import tunnel
 from git_mgit.transfer.stores.lfs.httpconfig import Route, Tls
 from git_mgit.transfer.stores.lfs.policy import origin
+from git_mgit.transfer.stores.lfs.tls import client_context
 
 Origin = tuple[str, str, int]
 DIRECT = Route()  # no proxy, the system's CAs
@@ -164,8 +163,16 @@ class _Origin:
 class Pool:
     """Connections to every origin the client talks to (the LFS API, its storage)."""
 
-    def __init__(self, size: int, connect_s: float, read_s: float) -> None:
+    def __init__(
+        self,
+        size: int,
+        connect_s: float,
+        read_s: float,
+        contexts: Callable[[Tls], SSLContext] = client_context,
+    ) -> None:
+        """`contexts`: the TLS context for a set of settings (made once for each)."""
         self._size, self._timeouts = size, (connect_s, read_s)
+        self._make_context = contexts
         self._origins: dict[tuple[Origin, Route], _Origin] = {}
         self._lock = threading.Lock()
         self._contexts: dict[Tls, SSLContext] = {}
@@ -235,33 +242,8 @@ class Pool:
         with self._lock:
             context = self._contexts.get(tls)
             if context is None:
-                context = self._contexts[tls] = _context(tls)
+                context = self._contexts[tls] = self._make_context(tls)
             return context
-
-
-def _no_passphrase() -> str:
-    raise ValueError("a client key behind a passphrase")
-
-
-def _context(tls: Tls) -> SSLContext:
-    """A client context as git's settings ask; BlobStoreError naming the file it cannot use."""
-    try:
-        context = ssl.create_default_context()  # the system's CAs, and git's on top (git-lfs's way)
-        if tls.ca_file or tls.ca_path:
-            context.load_verify_locations(cafile=tls.ca_file, capath=tls.ca_path)
-        if tls.cert:  # a key behind a passphrase fails here, as curl's does, never prompts
-            context.load_cert_chain(tls.cert, tls.key, password=_no_passphrase)
-    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-        files = [f for f in (tls.ca_file, tls.ca_path, tls.cert, tls.key) if f]
-        raise BlobStoreError(
-            f"git's TLS settings name files the LFS client cannot use ({', '.join(files)}: "
-            f"{getattr(exc, 'strerror', None) or exc}); check http.sslCAInfo, http.sslCAPath, http.sslCert "
-            "and http.sslKey (or GIT_SSL_CAINFO and the like)"
-        ) from None
-    if not tls.verify:  # http.sslVerify=false or GIT_SSL_NO_VERIFY, as git has it
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 def _dropped(conn: HTTPConnection) -> bool:

@@ -67,7 +67,16 @@ class GitCredentials:
 
     def fill(self, url: str, prompt: bool = True) -> Credential:
         """`prompt`=False: only what a helper has, never a terminal or askpass prompt."""
-        out = self._run("fill", request_fields(url), env=None if prompt else NO_PROMPT)
+        return self._fill(request_fields(url), url, prompt)
+
+    def fill_key(self, cert: str) -> Credential:
+        """The passphrase of the key that goes with client certificate `cert`, asked for as
+        git asks (http.c: protocol `cert`, the certificate's path, no host or user)."""
+        fields = [("protocol", "cert"), ("host", ""), ("path", cert), ("username", "")]
+        return self._fill(fields, f"cert:///{cert.lstrip('/')}", prompt=True)
+
+    def _fill(self, asked: list[tuple[str, str]], url: str, prompt: bool) -> Credential:
+        out = self._run("fill", asked, env=None if prompt else NO_PROMPT)
         fields = tuple(
             (k, v) for k, _, v in (line.partition("=") for line in out.splitlines()) if k
         )

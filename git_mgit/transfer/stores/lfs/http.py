@@ -18,6 +18,7 @@ import re
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from http.client import HTTPException, InvalidURL
 from typing import TypeVar
 from urllib.parse import urljoin
@@ -35,6 +36,7 @@ from git_mgit.transfer.stores.lfs.policy import (
     site,
 )
 from git_mgit.transfer.stores.lfs.retry import Transient, retry_after, transient
+from git_mgit.transfer.stores.lfs.tls import client_context
 from git_mgit.transfer.stores.lfs.trace import trace
 from git_mgit.transfer.stores.lfs.tunnel import ProxyRefused
 
@@ -44,6 +46,15 @@ USER_AGENT = "git-mgit (git-lfs compatible)"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 5
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"\]\)]+)")
+# OpenSSL's reasons for a server's alert about the client's certificate (none, or refused)
+_CLIENT_CERTIFICATE_ALERTS = (
+    "CERTIFICATE_REQUIRED",
+    "BAD_CERTIFICATE",
+    "UNKNOWN_CA",
+    "CERTIFICATE_UNKNOWN",
+    "CERTIFICATE_EXPIRED",
+    "CERTIFICATE_REVOKED",
+)
 _QUOTES = re.compile(r"['\"/?]|http", re.IGNORECASE)  # a reason that may quote a URL
 
 
@@ -68,7 +79,8 @@ class Http:
         self._config = config or HttpConfig([])
         # One connection per transfer thread, and one for the caller's batch requests; a
         # thread that finds them all busy waits for one: none is ever left unreturned.
-        self._pool = Pool(pool_size + 1, timeouts.connect_s, timeouts.read_s)
+        contexts = partial(client_context, helper=access.helper)
+        self._pool = Pool(pool_size + 1, timeouts.connect_s, timeouts.read_s, contexts)
 
     def close(self) -> None:
         self._pool.close()
@@ -172,10 +184,8 @@ class Http:
                 "if your organisation's CA signs it, point git at that CA (git config "
                 "http.sslCAInfo /path/to/ca.pem): git and git-mgit both use it"
             ) from None
-        except ssl.SSLError:
-            raise BlobStoreError(
-                f"{redact(url)}: TLS failed (certificate or protocol); check the server's certificate"
-            ) from None
+        except ssl.SSLError as exc:
+            raise _tls_failed(url, exc, route.tls.cert is not None) from None
         except (ValueError, InvalidURL):  # from an answer or redirect: no retry mends it
             raise _unsendable(url) from None
         except ProxyRefused as refused:
@@ -191,6 +201,24 @@ class Http:
                 url, proxy, f"proxy {shown} answered 407 (Proxy Authentication Required)"
             )
         return response
+
+
+def _tls_failed(url: str, exc: ssl.SSLError, has_certificate: bool) -> BlobStoreError:
+    """One line for a failed TLS exchange. A server that wants a client certificate says so
+    in an alert, or (TLS 1.3, the request already sent) just closes: so without one, the
+    hint names the settings either way."""
+    reason = exc.reason or "the connection ended mid-exchange"
+    fix = (
+        "point git at yours (git config http.sslCert and http.sslKey): git and git-mgit both use it"
+    )
+    if any(alert in reason for alert in _CLIENT_CERTIFICATE_ALERTS):
+        return BlobStoreError(
+            f"{redact(url)}: the server wants a client certificate it accepts ({reason}); {fix}"
+        )
+    hint = "" if has_certificate else f"; if it asks for a client certificate, {fix}"
+    return BlobStoreError(
+        f"{redact(url)}: TLS failed ({reason}); check the server's certificate{hint}"
+    )
 
 
 def _proxy_refused(url: str, proxy: Proxy | None, why: str, login: bool = True) -> BlobStoreError:

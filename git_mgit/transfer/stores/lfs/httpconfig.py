@@ -2,8 +2,10 @@
 where git goes: through the same proxy, trusting the same CAs, with the same extra headers.
 
 - TLS: `http.sslVerify`, `http.sslCAInfo`, `http.sslCAPath`, `http.sslCert`,
-  `http.sslKey`; git's environment variables override them (`GIT_SSL_NO_VERIFY`,
-  `GIT_SSL_CAINFO`, `GIT_SSL_CAPATH`, `GIT_SSL_CERT`, `GIT_SSL_KEY`).
+  `http.sslKey`, `http.sslCertPasswordProtected`; git's environment variables
+  override them (`GIT_SSL_NO_VERIFY`, `GIT_SSL_CAINFO`, `GIT_SSL_CAPATH`,
+  `GIT_SSL_CERT`, `GIT_SSL_KEY`, `GIT_SSL_CERT_PASSWORD_PROTECTED`). tls.py makes
+  the context.
 - The proxy: the remote's `remote.<name>.proxy`, else `http.proxy`, else the
   environment's (`https_proxy` or `HTTPS_PROXY` for https, `http_proxy` for http,
   then `all_proxy` or `ALL_PROXY`: the first one set, an empty one meaning none), as
@@ -59,6 +61,7 @@ class Tls:
     ca_path: str | None = None
     cert: str | None = None
     key: str | None = None
+    password_protected: bool = False  # the key's passphrase from git credential (tls.py)
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,18 @@ class HttpConfig:
             else None
             for name, var in _ENV_TLS.items()
         }
+        protected = "GIT_SSL_CERT_PASSWORD_PROTECTED" in self._env or _git_bool(
+            said.get("sslcertpasswordprotected", "false")
+        )
         return Route(
-            Tls(verify, tls["sslcainfo"], tls["sslcapath"], tls["sslcert"], tls["sslkey"]),
+            Tls(
+                verify,
+                tls["sslcainfo"],
+                tls["sslcapath"],
+                tls["sslcert"],
+                tls["sslkey"],
+                protected,
+            ),
             self._proxy(url, self._remote_proxy or _named("http.proxy", said.get("proxy"))),
         )
 

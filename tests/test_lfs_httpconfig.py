@@ -179,6 +179,28 @@ def test_socks_proxies_and_the_remotes_own_proxy_as_git_takes_them() -> None:
     assert _proxy_of(HttpConfig(pairs, env=env), "https://h/") == "http://team-proxy:3128"
 
 
+def test_an_https_proxys_own_certificate_checks_from_the_proxyssl_settings() -> None:
+    """TLS to an https:// proxy (port 443 unless given): always verified, against
+    `http.proxySSLCAInfo` (GIT_PROXY_SSL_CAINFO over it), with `http.proxySSLCert` and
+    its key; the server's own TLS settings stay apart."""
+    pairs = [
+        ("http.proxy", "https://proxy.example.com"),
+        ("http.sslverify", "false"),
+        ("http.sslcainfo", "/server-ca.pem"),
+        ("http.proxysslcainfo", "/proxy-ca.pem"),
+        ("http.proxysslcert", "/me.pem"),
+        ("http.proxysslkey", "/me.key"),
+        ("http.proxysslcertpasswordprotected", "true"),
+    ]
+    route = HttpConfig(pairs, env={}).route("https://hub.example.com/")
+    assert route.tls == Tls(False, "/server-ca.pem")
+    assert route.proxy is not None and route.proxy.shown == "https://proxy.example.com:443"
+    assert route.proxy.tls == Tls(True, "/proxy-ca.pem", None, "/me.pem", "/me.key", True)
+    env = {"GIT_PROXY_SSL_CAINFO": "/env-ca.pem", "GIT_SSL_NO_VERIFY": "1"}
+    proxy = HttpConfig(pairs[:1], env=env).route("https://hub.example.com/").proxy
+    assert proxy is not None and proxy.tls == Tls(True, "/env-ca.pem")
+
+
 def test_a_proxy_this_client_cannot_use_is_one_line_without_its_password() -> None:
     for setting, scheme, config in (
         (
@@ -188,10 +210,8 @@ def test_a_proxy_this_client_cannot_use_is_one_line_without_its_password() -> No
         ),
         (
             "remote.origin.proxy",
-            "https",
-            HttpConfig(
-                [], env={}, remote_proxy=("remote.origin.proxy", "https://me:hunter2@s:1080")
-            ),
+            "ftp",
+            HttpConfig([], env={}, remote_proxy=("remote.origin.proxy", "ftp://me:hunter2@s:1080")),
         ),
     ):
         with pytest.raises(
@@ -199,8 +219,8 @@ def test_a_proxy_this_client_cannot_use_is_one_line_without_its_password() -> No
         ) as failed:
             config.route("https://hub.example.com/")
         assert "hunter2" not in str(failed.value) and "\n" not in str(failed.value)
-    with pytest.raises(BlobStoreError, match="https_proxy = https://p:3128") as failed:
-        HttpConfig([], env={"https_proxy": "https://me:hunter2@p:3128"}).route("https://h/")
+    with pytest.raises(BlobStoreError, match="https_proxy = gopher://p:3128") as failed:
+        HttpConfig([], env={"https_proxy": "gopher://me:hunter2@p:3128"}).route("https://h/")
     assert "hunter2" not in str(failed.value) and "\n" not in str(failed.value)
     for broken in ("http://me:hunter2@[bad", "http://me:hunter2@p:31z8"):
         with pytest.raises(BlobStoreError, match="not a proxy") as failed:

@@ -151,6 +151,61 @@ def test_https_goes_through_the_proxys_connect_tunnel(
     assert any("/objects/storage/" in r for r in _lfs_requests(https_lfs_server))
 
 
+def test_an_https_proxy_carries_the_servers_tls_inside_its_own(
+    https_lfs_server: LfsServer,
+    certificates: Certificates,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`http.<lfs url>.proxy = https://...`: TLS to the proxy, checked against
+    `http.proxySSLCAInfo`, and the server's TLS inside it, after a CONNECT carrying the
+    proxy's credentials. git's own requests go direct here (the proxy is set for the LFS
+    URL only): this machine's curl (7.88, GnuTLS) stalls on responses tunnelled through
+    an https:// proxy until the proxy closes the connection."""
+    _through_proxies(monkeypatch)
+    run_git("config", "--global", "http.sslCAInfo", str(certificates.ca), cwd=tmp_path)
+    run_git("config", "--global", "http.proxySSLCAInfo", str(certificates.ca), cwd=tmp_path)
+    login = ("frank", secrets.token_urlsafe(8))
+    with ForwardProxy(credentials=login, tls=certificates) as proxy:
+        key = f"http.{https_lfs_server.lfs_url()}.proxy"
+        run_git("config", "--global", key, proxy.url_with_credentials, cwd=tmp_path)
+        _push_and_clone(https_lfs_server, tmp_path)
+    server = https_lfs_server.url.removeprefix("https://")
+    assert proxy.url.startswith("https://") and ("CONNECT", server) in proxy.requests
+    assert {method for method, _ in proxy.requests} == {"CONNECT"} and not proxy.refused
+    assert any("/objects/storage/" in r for r in _lfs_requests(https_lfs_server))
+
+
+def test_an_https_proxy_not_trusted_is_one_line_naming_proxysslcainfo(
+    lfs_server: LfsServer,
+    certificates: Certificates,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The proxy's certificate checked against the system's CAs alone (no
+    `http.proxySSLCAInfo`): refused at once, in one line saying what to set; with it, an
+    http server's requests go through the proxy in absolute form."""
+    _through_proxies(monkeypatch)
+    with ForwardProxy(tls=certificates) as proxy:
+        untrusting = HttpConfig([("http.proxy", proxy.url)], env={})
+        http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), untrusting)
+        url = lfs_server.lfs_url() + "/locks"
+        with pytest.raises(BlobStoreError, match=r"http\.proxySSLCAInfo") as refused:
+            http.send("GET", url, headers={})
+        assert "\n" not in str(refused.value) and proxy.url.split("//")[1] in str(refused.value)
+        http.close()
+        assert not proxy.requests
+        trusting = HttpConfig(
+            [("http.proxy", proxy.url), ("http.proxysslcainfo", str(certificates.ca))], env={}
+        )
+        http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), trusting)
+        response = http.send("GET", url, headers={})
+        assert response.status == 401  # the server's own answer, through the proxy
+        response.drain()
+        http.close()
+    assert proxy.requests == [("GET", url)]
+
+
 def test_a_proxy_that_refuses_is_one_line_without_its_password(
     lfs_server: LfsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

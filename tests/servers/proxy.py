@@ -2,7 +2,8 @@
 outside.
 
 ForwardProxy is an HTTP proxy: `CONNECT host:port` tunnels for https, absolute-URI
-requests for http (each on a connection of its own upstream, closed after its answer).
+requests for http (each on a connection of its own upstream, closed after its answer);
+given certificates, it is an https:// proxy (TLS to the proxy, the same inside).
 It can ask for credentials (`Proxy-Authorization: Basic`, 407 otherwise), and it logs
 each request it took, so a test sees what went through it:
 
@@ -26,16 +27,20 @@ from __future__ import annotations
 import base64
 import contextlib
 import ipaddress
+import select
 import socket
 import socketserver
+import ssl
 import struct
 import threading
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from tests.gitsandbox import ServedOnThread
+from tests.servers.tls import Certificates
 
 _COPY = 1 << 16
+_IDLE_S = 30  # a tunnel silent this long both ways is closed
 _MAX_LINE = 1 << 16
 _HOP_BY_HOP = (b"connection", b"proxy-connection", b"proxy-authorization", b"keep-alive")
 
@@ -54,22 +59,29 @@ def _bind(proxy: ServedOnThread, handler: type[socketserver.BaseRequestHandler])
 class ForwardProxy(ServedOnThread):
     """The proxy, bound at construction, serving while entered."""
 
-    def __init__(self, credentials: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, credentials: tuple[str, str] | None = None, tls: Certificates | None = None
+    ) -> None:
+        """`tls`: an https:// proxy, TLS to it with that certificate (else plain http://)."""
         self.credentials = credentials
         self.requests: list[tuple[str, str]] = []  # (method, target) of each request taken
         self.refused: list[tuple[str, str]] = []  # requests answered 407
         self._lock = threading.Lock()
+        self.context: ssl.SSLContext | None = None
+        if tls is not None:
+            self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.context.load_cert_chain(tls.cert, tls.key)
         _bind(self, _Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.context else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def url_with_credentials(self) -> str:
         assert self.credentials is not None
         user, password = self.credentials
-        return f"http://{user}:{password}@127.0.0.1:{self.port}"
+        return self.url.replace("://", f"://{user}:{password}@", 1)
 
     def admits(self, authorization: str) -> bool:
         if self.credentials is None:
@@ -88,6 +100,13 @@ class ForwardProxy(ServedOnThread):
 
 class _Handler(socketserver.StreamRequestHandler):
     server: socketserver.ThreadingTCPServer
+    rbufsize = 0  # nothing read ahead of the request's head: the relay takes the rest
+
+    def setup(self) -> None:
+        context = self.server.proxy.context  # type: ignore[attr-defined]
+        if context is not None:  # an https:// proxy: TLS first, then HTTP inside it
+            self.request = context.wrap_socket(self.request, server_side=True)
+        super().setup()
 
     def handle(self) -> None:
         proxy: ForwardProxy = self.server.proxy  # type: ignore[attr-defined]
@@ -125,12 +144,7 @@ class _Handler(socketserver.StreamRequestHandler):
             self.wfile.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
             return
         with upstream:
-            sending = threading.Thread(target=_pump, args=(self.rfile.read1, upstream), daemon=True)
-            sending.start()
-            _pump(upstream.recv, self.request)
-            with contextlib.suppress(OSError):  # wakes the sending thread's read
-                self.request.shutdown(socket.SHUT_RDWR)
-            sending.join()
+            _relay(self.request, upstream)
 
 
 class SocksProxy(ServedOnThread):
@@ -257,6 +271,39 @@ class _Sniffing:
             self._first = False
             self._proxy.saw(data.split(b"\r\n", 1)[0])
         return data
+
+
+def _relay(client: socket.socket, upstream: socket.socket) -> None:
+    """Copy both ways on one thread until either side ends (a TLS socket must not be read
+    on one thread while another writes to it)."""
+    peers = {client: upstream, upstream: client}
+    while True:
+        pending = [s for s in peers if isinstance(s, ssl.SSLSocket) and s.pending()]
+        ready = pending or select.select(list(peers), [], [], _IDLE_S)[0]
+        if not ready:
+            return
+        for sock in ready:
+            try:
+                data = _received(sock)
+                if data is None:
+                    continue  # a TLS record that held no data (a ticket, a key update)
+                if not data:
+                    return
+                peers[sock].sendall(data)
+            except OSError:
+                return
+
+
+def _received(sock: socket.socket) -> bytes | None:
+    """What `sock` has (b"": it ended), None if a TLS socket's readable bytes held no data:
+    waiting for some would stall the other direction."""
+    sock.settimeout(0 if isinstance(sock, ssl.SSLSocket) else None)
+    try:
+        return sock.recv(_COPY)
+    except (ssl.SSLWantReadError, BlockingIOError):
+        return None
+    finally:
+        sock.settimeout(None)
 
 
 def _reach(proxy: SocksProxy, host: str, port: int) -> socket.socket | None:

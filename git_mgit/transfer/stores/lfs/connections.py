@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from git_mgit.transfer.stores.lfs import tunnel
 from git_mgit.transfer.stores.lfs.httpconfig import Route, Tls
 from git_mgit.transfer.stores.lfs.policy import origin
-from git_mgit.transfer.stores.lfs.tls import client_context
+from git_mgit.transfer.stores.lfs.tls import client_context, wrap
 
 Origin = tuple[str, str, int]
 DIRECT = Route()  # no proxy, the system's CAs
@@ -99,7 +99,7 @@ class _Origin:
     def proxied(self) -> bool:
         """Whether requests go to a proxy in absolute form (http through an HTTP proxy)."""
         proxy = self.route.proxy
-        return proxy is not None and proxy.scheme == "http" and self.origin[0] == "http"
+        return proxy is not None and proxy.scheme in ("http", "https") and self.origin[0] == "http"
 
     def get(self) -> HTTPConnection:
         """An open connection: an idle one still open, else a new one (waits for a slot)."""
@@ -134,27 +134,29 @@ class _Origin:
         scheme, host, port = self.origin
         proxy = self.route.proxy
         conn: HTTPConnection
-        if proxy is not None and not self.proxied:  # TLS or HTTP inside a tunnel
-            sock = tunnel.connect(proxy, host, port, self._connect_s)
+        if proxy is None:
+            if scheme == "https":
+                context = self._tls(self.route.tls)
+                conn = HTTPSConnection(host, port, timeout=self._connect_s, context=context)
+            else:
+                conn = HTTPConnection(host, port, timeout=self._connect_s)
+            conn.connect()
+        elif self.proxied:  # the proxy takes the requests themselves
+            conn = HTTPConnection(proxy.host, proxy.port, timeout=self._connect_s)
+            conn.sock = tunnel.reach(proxy, self._connect_s, self._tls)
+        else:  # TLS or HTTP inside a tunnel
+            sock = tunnel.connect(proxy, host, port, self._connect_s, self._tls)
             try:
                 if scheme == "https":
                     context = self._tls(self.route.tls)
                     conn = HTTPSConnection(host, port, timeout=self._connect_s, context=context)
-                    conn.sock = context.wrap_socket(sock, server_hostname=host)
+                    conn.sock = wrap(sock, context, host)
                 else:
                     conn = HTTPConnection(host, port, timeout=self._connect_s)
                     conn.sock = sock
             except BaseException:
                 sock.close()
                 raise
-        else:
-            to_host, to_port = (proxy.host, proxy.port) if proxy else (host, port)
-            if scheme == "https":
-                context = self._tls(self.route.tls)
-                conn = HTTPSConnection(to_host, to_port, timeout=self._connect_s, context=context)
-            else:
-                conn = HTTPConnection(to_host, to_port, timeout=self._connect_s)
-            conn.connect()
         assert conn.sock is not None
         conn.sock.settimeout(self._read_s)
         return conn

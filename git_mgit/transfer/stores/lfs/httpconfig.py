@@ -4,15 +4,17 @@ where git goes: through the same proxy, trusting the same CAs, with the same ext
 - TLS: `http.sslVerify`, `http.sslCAInfo`, `http.sslCAPath`, `http.sslCert`,
   `http.sslKey`, `http.sslCertPasswordProtected`; git's environment variables
   override them (`GIT_SSL_NO_VERIFY`, `GIT_SSL_CAINFO`, `GIT_SSL_CAPATH`,
-  `GIT_SSL_CERT`, `GIT_SSL_KEY`, `GIT_SSL_CERT_PASSWORD_PROTECTED`). tls.py makes
-  the context.
+  `GIT_SSL_CERT`, `GIT_SSL_KEY`, `GIT_SSL_CERT_PASSWORD_PROTECTED`). An https://
+  proxy's own: `http.proxySSLCAInfo`, `http.proxySSLCert`, `http.proxySSLKey`,
+  `http.proxySSLCertPasswordProtected` (`GIT_PROXY_SSL_*`), always verified.
+  tls.py makes the contexts.
 - The proxy: the remote's `remote.<name>.proxy`, else `http.proxy`, else the
   environment's (`https_proxy` or `HTTPS_PROXY` for https, `http_proxy` for http,
   then `all_proxy` or `ALL_PROXY`: the first one set, an empty one meaning none), as
   curl reads them; `no_proxy` (else `NO_PROXY`) names hosts, domains and address
   ranges (`10.0.0.0/8`) that go direct, whichever proxy was named (`*` alone: every
-  host). An empty setting means no proxy. An HTTP proxy, or SOCKS 4, 4a, 5 or 5h
-  (tunnel.py).
+  host). An empty setting means no proxy. An HTTP proxy (http:// or, TLS to the
+  proxy itself, https://), or SOCKS 4, 4a, 5 or 5h (tunnel.py).
 - `http.extraHeader`, as many as given (an empty one drops those before it): CI
   systems pass a token this way (GitHub's checkout action among them).
 
@@ -33,21 +35,15 @@ import os
 import re
 import string
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.policy import DEFAULT_PORTS
 
-_ENV_TLS = {
-    "sslcainfo": "GIT_SSL_CAINFO",
-    "sslcapath": "GIT_SSL_CAPATH",
-    "sslcert": "GIT_SSL_CERT",
-    "sslkey": "GIT_SSL_KEY",
-}
 _FALSE = frozenset({"false", "no", "off", "0"})
-_PROXY_PORT = 1080  # curl's, for a proxy URL without one
-_PROXY_SCHEMES = frozenset({"http", "socks4", "socks4a", "socks5", "socks5h"})
+_PROXY_PORTS = {"https": 443}  # curl's, for a proxy URL without one; else 1080
+_PROXY_SCHEMES = frozenset({"http", "https", "socks4", "socks4a", "socks5", "socks5h"})
 _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 
@@ -76,6 +72,7 @@ class Proxy:
     password: str | None = field(default=None, repr=False)
     shown: str = ""  # its URL without credentials, for messages
     setting: str = "http.proxy"  # where it was named, for messages
+    tls: Tls = Tls()  # how an https proxy's own certificate is checked, and ours shown it
 
     @property
     def authorization(self) -> str | None:
@@ -124,25 +121,30 @@ class HttpConfig:
         setting this client cannot use."""
         said = self._last(url)
         verify = _git_bool(said.get("sslverify", "true")) and "GIT_SSL_NO_VERIFY" not in self._env
-        tls = {
+        proxy = self._proxy(url, self._remote_proxy or _named("http.proxy", said.get("proxy")))
+        if proxy is not None and proxy.scheme == "https":  # always checked, as git has it
+            proxy = replace(proxy, tls=self._tls(said, "proxyssl", "GIT_PROXY_SSL_", True))
+        return Route(self._tls(said, "ssl", "GIT_SSL_", verify), proxy)
+
+    def _tls(self, said: dict[str, str], key: str, var: str, verify: bool) -> Tls:
+        """The TLS settings under `http.<key>*` (`ssl`, `proxyssl`), each overridden by its
+        environment variable `<var>*` (`GIT_SSL_CAINFO`, `GIT_PROXY_SSL_CAINFO`)."""
+        paths = {
             name: os.path.expanduser(path)
-            if (path := self._env.get(var) or said.get(name))
+            if (path := self._env.get(f"{var}{name.upper()}") or said.get(f"{key}{name}"))
             else None
-            for name, var in _ENV_TLS.items()
+            for name in ("cainfo", "capath", "cert", "key")
         }
-        protected = "GIT_SSL_CERT_PASSWORD_PROTECTED" in self._env or _git_bool(
-            said.get("sslcertpasswordprotected", "false")
+        protected = f"{var}CERT_PASSWORD_PROTECTED" in self._env or _git_bool(
+            said.get(f"{key}certpasswordprotected", "false")
         )
-        return Route(
-            Tls(
-                verify,
-                tls["sslcainfo"],
-                tls["sslcapath"],
-                tls["sslcert"],
-                tls["sslkey"],
-                protected,
-            ),
-            self._proxy(url, self._remote_proxy or _named("http.proxy", said.get("proxy"))),
+        return Tls(
+            verify,
+            paths["cainfo"],
+            paths["capath"] if key == "ssl" else None,  # git has no http.proxySSLCAPath
+            paths["cert"],
+            paths["key"],
+            protected,
         )
 
     def headers(self, url: str) -> list[tuple[str, str]]:
@@ -228,7 +230,7 @@ def _parse_proxy(value: str, setting: str) -> Proxy:
     text = value.strip()
     try:
         parts = urlsplit(text if "://" in text else f"http://{text}")
-        port = parts.port or _PROXY_PORT
+        port = parts.port or _PROXY_PORTS.get(parts.scheme.lower(), 1080)
     except ValueError:  # an unparsable host or port: shown without what it holds
         parts, port = urlsplit(f"{text.partition('://')[0]}://?"), 0
     scheme = parts.scheme.lower()
@@ -236,8 +238,8 @@ def _parse_proxy(value: str, setting: str) -> Proxy:
     if scheme not in _PROXY_SCHEMES or not parts.hostname or not port:
         raise BlobStoreError(
             f"{setting} = {shown}: not a proxy git-mgit's LFS client can use (it takes "
-            "http://, socks4://, socks4a://, socks5:// and socks5h://[user:password@]host"
-            f"[:port]: no https:// proxy); fix {setting}, or unset it for the LFS server"
+            "http://, https://, socks4://, socks4a://, socks5:// and socks5h://"
+            f"[user:password@]host[:port]); fix {setting}, or unset it for the LFS server"
         )
     user = None if parts.username is None else unquote(parts.username)
     password = None if parts.password is None else unquote(parts.password)

@@ -9,16 +9,28 @@ path>` (a helper, else git's own prompt), is approved once it opens the key
 and rejected when it does not; without that setting OpenSSL would prompt on
 the terminal, under a git that waits on the filter, so the key is refused in
 one line instead.
+
+TLS to a server through an https:// proxy's CONNECT runs inside the TLS to
+the proxy: `ssl` wraps only a plain socket, so the inner session is an
+SSLObject over memory buffers, its records carried by the outer socket
+(TlsInTls).
 """
 
 from __future__ import annotations
 
+import io
+import socket
 import ssl
+from collections.abc import Callable
 from ssl import SSLContext
+from typing import TypeVar
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.creds import GitCredentials
 from git_mgit.transfer.stores.lfs.httpconfig import Tls
+
+T = TypeVar("T")
+_RECORD = 1 << 14  # TLS's largest record: what one write hands the inner session
 
 
 def client_context(tls: Tls, helper: GitCredentials | None = None) -> SSLContext:
@@ -75,3 +87,85 @@ def _unusable(tls: Tls, exc: OSError | ValueError) -> BlobStoreError:
         f"{getattr(exc, 'strerror', None) or exc}); check http.sslCAInfo, http.sslCAPath, "
         "http.sslCert and http.sslKey (or GIT_SSL_CAINFO and the like)"
     )
+
+
+def wrap(sock: socket.socket, context: SSLContext, host: str) -> socket.socket | TlsInTls:
+    """TLS to `host` over `sock`: a plain socket's own, else inside the TLS `sock` has."""
+    if isinstance(sock, ssl.SSLSocket):
+        return TlsInTls(sock, context, host)
+    return context.wrap_socket(sock, server_hostname=host)
+
+
+class TlsInTls:
+    """A TLS session inside another, with the socket methods http.client uses."""
+
+    def __init__(self, outer: ssl.SSLSocket, context: SSLContext, host: str) -> None:
+        self._outer = outer
+        self._readers, self._closed = 0, False
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_hostname=host)
+        self._run(self._tls.do_handshake)
+
+    def sendall(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            sent = self._run(self._tls.write, view[:_RECORD])
+            view = view[sent:]
+
+    def recv_into(self, buffer: bytearray | memoryview, nbytes: int = 0) -> int:
+        try:
+            return self._run(self._tls.read, nbytes or len(buffer), buffer)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            return 0  # the server closed, cleanly or not: the end of what it sent
+
+    def recv(self, size: int) -> bytes:
+        buffer = bytearray(size)
+        return bytes(buffer[: self.recv_into(buffer)])
+
+    def makefile(self, mode: str = "rb", buffering: int | None = None) -> io.BufferedReader:
+        """A reader for http.client's responses (it asks for "rb" only). As a socket's,
+        it keeps the connection open after close() until it is closed itself: http.client
+        closes the connection of a response that ends it before the body is read."""
+        self._readers += 1
+        return io.BufferedReader(socket.SocketIO(self, "rb"))  # type: ignore[arg-type]
+
+    def _decref_socketios(self) -> None:
+        """SocketIO's call when a reader closes."""
+        self._readers -= 1
+        if self._closed and self._readers <= 0:
+            self._outer.close()
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._outer.settimeout(timeout)
+
+    def gettimeout(self) -> float | None:
+        return self._outer.gettimeout()
+
+    def fileno(self) -> int:
+        return self._outer.fileno()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._readers <= 0:
+            self._outer.close()
+
+    def _run(self, step: Callable[..., T], *args: object) -> T:
+        """`step(*args)` of the inner session, carrying its records over the outer socket
+        until it completes."""
+        while True:
+            try:
+                result = step(*args)
+            except ssl.SSLWantReadError:
+                self._flush()
+                data = self._outer.recv(1 << 16)
+                if data:
+                    self._incoming.write(data)
+                else:
+                    self._incoming.write_eof()
+                continue
+            self._flush()
+            return result
+
+    def _flush(self) -> None:
+        if data := self._outgoing.read():
+            self._outer.sendall(data)

@@ -1,7 +1,7 @@
 """A connection to a server through the proxy git's settings name, as curl opens one for
-git: an HTTP proxy's `CONNECT host:port`, or SOCKS 4, 4a and 5 (RFC 1928, with RFC
-1929's user and password; `http.proxy = socks5h://host:1080`). What goes through it
-(TLS, HTTP) is the caller's.
+git: an HTTP proxy's `CONNECT host:port` (over TLS to an https:// proxy), or SOCKS 4,
+4a and 5 (RFC 1928, with RFC 1929's user and password; `http.proxy =
+socks5h://host:1080`). What goes through it (TLS, HTTP) is the caller's.
 
 socks4 and socks5 resolve the server's name here and send its address; socks4a and
 socks5h send the name, for the proxy to resolve (a network whose names only the proxy
@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 import struct
+from collections.abc import Callable
 
-from git_mgit.transfer.stores.lfs.httpconfig import Proxy
+from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.lfs.httpconfig import Proxy, Tls
 
 _MAX_LINE = 1 << 16  # of an HTTP proxy's answer to CONNECT
 _SOCKS5_FAILURES = {
@@ -49,12 +52,39 @@ class ProxyRefused(OSError):
         self.login = login
 
 
-def connect(proxy: Proxy, host: str, port: int, timeout: float) -> socket.socket:
+def reach(proxy: Proxy, timeout: float, contexts: Callable[[Tls], ssl.SSLContext]) -> socket.socket:
+    """A connection to the proxy itself: TLS for an https:// proxy (checked with
+    `contexts(proxy.tls)`; BlobStoreError, naming http.proxySSLCAInfo, when its certificate
+    is not trusted)."""
+    sock = socket.create_connection((proxy.host, proxy.port), timeout)
+    if proxy.scheme != "https":
+        return sock
+    try:
+        return contexts(proxy.tls).wrap_socket(sock, server_hostname=proxy.host)
+    except ssl.SSLCertVerificationError as exc:
+        sock.close()
+        raise BlobStoreError(
+            f"proxy {proxy.shown}: its certificate is not trusted ({exc.verify_message}); if "
+            "your organisation's CA signs it, point git at that CA (git config "
+            "http.proxySSLCAInfo /path/to/ca.pem): git and git-mgit both use it"
+        ) from None
+    except BaseException:
+        sock.close()
+        raise
+
+
+def connect(
+    proxy: Proxy,
+    host: str,
+    port: int,
+    timeout: float,
+    contexts: Callable[[Tls], ssl.SSLContext],
+) -> socket.socket:
     """A connection to `host`:`port` through `proxy`; OSError when the proxy cannot reach
     it (ProxyRefused when it will not)."""
-    sock = socket.create_connection((proxy.host, proxy.port), timeout)
+    sock = reach(proxy, timeout, contexts)
     try:
-        if proxy.scheme == "http":
+        if proxy.scheme in ("http", "https"):
             _connect(sock, proxy, host, port)
         elif proxy.scheme in ("socks5", "socks5h"):
             _socks5(sock, proxy, host, port)

@@ -167,6 +167,8 @@ def test_socks_proxies_and_the_remotes_own_proxy_as_git_takes_them() -> None:
         assert proxy == Proxy(scheme, "socks.example.com", 1080, "me", "p@ss", proxy.shown)
         assert proxy.shown == f"{scheme}://socks.example.com:1080"
         assert "p@ss" not in repr(proxy)
+    socks = HttpConfig([("http.proxy", "socks://[::1]")], env={}).route("https://h/").proxy
+    assert socks is not None and socks.shown == "socks4://[::1]:1080"  # socks: SOCKS4, as git
     env = {"https_proxy": "socks5h://env-socks:9050", "no_proxy": "internal.example.com"}
     assert _proxy_of(HttpConfig([], env=env), "https://h/") == "socks5h://env-socks:9050"
     pairs = [("http.proxy", "http://team-proxy:3128")]
@@ -195,10 +197,12 @@ def test_an_https_proxys_own_certificate_checks_from_the_proxyssl_settings() -> 
     route = HttpConfig(pairs, env={}).route("https://hub.example.com/")
     assert route.tls == Tls(False, "/server-ca.pem")
     assert route.proxy is not None and route.proxy.shown == "https://proxy.example.com:443"
-    assert route.proxy.tls == Tls(True, "/proxy-ca.pem", None, "/me.pem", "/me.key", True)
+    assert route.proxy.tls == Tls(
+        True, "/proxy-ca.pem", None, "/me.pem", "/me.key", True, "http.proxySSL"
+    )
     env = {"GIT_PROXY_SSL_CAINFO": "/env-ca.pem", "GIT_SSL_NO_VERIFY": "1"}
     proxy = HttpConfig(pairs[:1], env=env).route("https://hub.example.com/").proxy
-    assert proxy is not None and proxy.tls == Tls(True, "/env-ca.pem")
+    assert proxy is not None and proxy.tls == Tls(True, "/env-ca.pem", settings="http.proxySSL")
 
 
 def test_a_proxy_this_client_cannot_use_is_one_line_without_its_password() -> None:

@@ -7,11 +7,13 @@ it fresh, byte-exact, through real servers on 127.0.0.1."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import secrets
 import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +25,7 @@ from git_mgit.transfer.stores.lfs.auth import Access
 from git_mgit.transfer.stores.lfs.creds import GitCredentials
 from git_mgit.transfer.stores.lfs.http import Http, Timeouts
 from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Tls
+from git_mgit.transfer.stores.lfs.retry import Transient
 from git_mgit.transfer.stores.lfs.tls import client_context
 from tests.gitsandbox import run_git
 from tests.mgitrepo import init_mgit_repo
@@ -313,14 +316,20 @@ def test_gits_ca_is_trusted_beside_the_systems(certificates: Certificates) -> No
     assert len(ours) > 1  # the system's too
 
 
-def test_an_ipv6_server_is_tunnelled_with_its_address_in_brackets(
-    certificates: Certificates,
-) -> None:
-    """`CONNECT [::1]:port`, as the authority form has it (http.client's own CONNECT omits
-    the brackets before Python 3.12, which strict proxies refuse)."""
+@contextlib.contextmanager
+def _https_server(
+    certificates: Certificates, host: str = "127.0.0.1"
+) -> Iterator[tuple[ThreadingHTTPServer, list[object]]]:
+    """An HTTPS server on `host` answering every GET with an empty 200, and the list of
+    connections it accepted."""
+    accepted: list[object] = []
 
     class Answer(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            accepted.append(self.client_address)
+            super().setup()
 
         def do_GET(self) -> None:
             self.send_response(200)
@@ -330,28 +339,36 @@ def test_an_ipv6_server_is_tunnelled_with_its_address_in_brackets(
         def log_message(self, *args: object) -> None:
             pass
 
-    class Server6(ThreadingHTTPServer):
-        address_family = socket.AF_INET6
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
-    server = Server6(("::1", 0), Answer)
+    server = Server((host, 0), Answer)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(certificates.cert, certificates.key)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with ForwardProxy() as proxy:
-            config = HttpConfig(
-                [("http.sslcainfo", str(certificates.ca)), ("http.proxy", proxy.url)], env={}
-            )
-            http = Http(Access(GitCredentials(certificates.ca.parent)), 1, Timeouts(5, 5), config)
-            response = http.send("GET", f"https://[::1]:{server.server_port}/x", headers={})
-            assert response.status == 200
-            response.drain()
-            http.close()
-        assert proxy.requests == [("CONNECT", f"[::1]:{server.server_port}")]
+        yield server, accepted
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_ipv6_server_is_tunnelled_with_its_address_in_brackets(
+    certificates: Certificates,
+) -> None:
+    """`CONNECT [::1]:port`, as the authority form has it (http.client's own CONNECT omits
+    the brackets before Python 3.12, which strict proxies refuse)."""
+    with _https_server(certificates, "::1") as (server, _), ForwardProxy() as proxy:
+        config = HttpConfig(
+            [("http.sslcainfo", str(certificates.ca)), ("http.proxy", proxy.url)], env={}
+        )
+        http = Http(Access(GitCredentials(certificates.ca.parent)), 1, Timeouts(5, 5), config)
+        response = http.send("GET", f"https://[::1]:{server.server_port}/x", headers={})
+        assert response.status == 200
+        response.drain()
+        http.close()
+    assert proxy.requests == [("CONNECT", f"[::1]:{server.server_port}")]
 
 
 def _locked(key: Path, passphrase: str) -> Path:
@@ -433,3 +450,103 @@ def test_a_client_key_behind_a_passphrase_is_one_line_and_never_prompts(
         client_context(protected, GitCredentials(tmp_path))
     assert "\n" not in str(failed.value) and "wrong" not in str(failed.value)
     assert "erase\nprotocol=cert" in log.read_text()
+
+
+def test_what_a_proxy_says_when_it_cannot_or_will_not_connect_reaches_the_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CONNECT its rules refuse (403) and a SOCKS4 proxy asked for an IPv6 server: one
+    line saying so, never retried; a server down behind a SOCKS4 or SOCKS5 proxy: retried
+    (Transient), with what the proxy answered."""
+    _through_proxies(monkeypatch)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    down = f"http://127.0.0.1:{closed.getsockname()[1]}/x"
+    helper = GitCredentials(tmp_path)
+    with ForwardProxy(blocked=frozenset({"127.0.0.1:8443"})) as proxy, SocksProxy() as socks:
+        cases = [
+            (proxy.url, "https://127.0.0.1:8443/x", BlobStoreError, "answered 403 to CONNECT"),
+            (socks.url("socks4"), "http://[::1]:8080/x", BlobStoreError, "IPv4 addresses only"),
+            (socks.url("socks4"), down, Transient, "request rejected or failed"),
+            (socks.url("socks5"), down, Transient, "connection refused"),
+        ]
+        for proxy_url, url, kind, said in cases:
+            http = Http(
+                Access(helper), 1, Timeouts(5.0, 5.0), HttpConfig([("http.proxy", proxy_url)])
+            )
+            with pytest.raises(kind, match=said) as failed:
+                http.send("GET", url, headers={})
+            assert "\n" not in str(failed.value)
+            http.close()
+    closed.close()
+
+
+def test_a_proxy_url_with_a_user_only_takes_the_password_from_gits_credential_helper(
+    lfs_server: LfsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As git: `http.proxy = http://gina@proxy` asks git credential for gina's password at
+    the proxy, approves it once the proxy took a request, and rejects it (the helper
+    forgets it) when the proxy answers 407."""
+    _through_proxies(monkeypatch)
+    password = secrets.token_urlsafe(8)
+    store = tmp_path / "proxy-credentials"
+    run_git("config", "--global", "credential.helper", f"store --file={store}", cwd=tmp_path)
+    url = lfs_server.lfs_url() + "/locks"
+    with ForwardProxy(credentials=("gina", password)) as proxy:
+        config = HttpConfig([("http.proxy", f"http://gina@127.0.0.1:{proxy.port}")], env={})
+        for given, admitted in ((password, True), ("wrong", False)):
+            store.write_text(f"http://gina:{given}@127.0.0.1:{proxy.port}\n")
+            http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), config)
+            if admitted:
+                response = http.send("GET", url, headers={})
+                assert response.status == 401  # the LFS server's own answer, through the proxy
+                response.drain()
+            else:
+                with pytest.raises(BlobStoreError, match="407") as refused:
+                    http.send("GET", url, headers={})
+                assert "wrong" not in str(refused.value)
+            http.close()
+            assert (f":{given}@" in store.read_text()) is admitted  # approved, or rejected
+    assert proxy.requests == [("GET", url)] and proxy.refused == [("GET", url)]
+
+
+def test_a_connection_opened_ahead_over_tls_13_serves_the_first_request(
+    certificates: Certificates,
+) -> None:
+    """A TLS 1.3 server's session tickets arrive after the handshake: the connection the
+    client opened ahead of its first request (Http.prepare) is readable, yet alive, and is
+    used, not dropped for a new one."""
+    with _https_server(certificates) as (server, accepted):
+        config = HttpConfig([("http.sslcainfo", str(certificates.ca))], env={})
+        http = Http(Access(GitCredentials(certificates.ca.parent)), 1, Timeouts(5, 5), config)
+        url = f"https://127.0.0.1:{server.server_port}/x"
+        http.prepare(url, url)
+        time.sleep(0.2)  # the tickets are in
+        response = http.send("GET", url, headers={})
+        assert response.status == 200
+        response.drain()
+        http.close()
+        assert len(accepted) == 1
+
+
+def test_opening_a_connection_ahead_never_asks_for_a_passphrase(
+    certificates: Certificates, tmp_path: Path
+) -> None:
+    """Http.prepare runs beside other work and may not prompt: with a key whose passphrase
+    would have to be asked for, it opens nothing, and git credential is not asked."""
+    locked = _locked(certificates.client_key, "right")
+    helper, log = _passphrase_helper(tmp_path, "right")
+    run_git("config", "--global", "credential.helper", str(helper), cwd=tmp_path)
+    config = HttpConfig(
+        [
+            ("http.sslcainfo", str(certificates.ca)),
+            ("http.sslcert", str(certificates.client_cert)),
+            ("http.sslkey", str(locked)),
+            ("http.sslcertpasswordprotected", "true"),
+        ],
+        env={},
+    )
+    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5, 5), config)
+    http.prepare("https://127.0.0.1:9/x", "https://127.0.0.1:9/x")
+    http.close()
+    assert not log.exists()

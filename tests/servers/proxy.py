@@ -60,10 +60,15 @@ class ForwardProxy(ServedOnThread):
     """The proxy, bound at construction, serving while entered."""
 
     def __init__(
-        self, credentials: tuple[str, str] | None = None, tls: Certificates | None = None
+        self,
+        credentials: tuple[str, str] | None = None,
+        tls: Certificates | None = None,
+        blocked: frozenset[str] = frozenset(),
     ) -> None:
-        """`tls`: an https:// proxy, TLS to it with that certificate (else plain http://)."""
+        """`tls`: an https:// proxy, TLS to it with that certificate (else plain http://);
+        `blocked`: CONNECT targets (`host:port`) its rules refuse with 403."""
         self.credentials = credentials
+        self.blocked = blocked
         self.requests: list[tuple[str, str]] = []  # (method, target) of each request taken
         self.refused: list[tuple[str, str]] = []  # requests answered 407
         self._lock = threading.Lock()
@@ -108,6 +113,11 @@ class _Handler(socketserver.StreamRequestHandler):
             self.request = context.wrap_socket(self.request, server_side=True)
         super().setup()
 
+    def finish(self) -> None:
+        super().finish()
+        if isinstance(self.request, ssl.SSLSocket):  # socketserver closes the plain one
+            self.request.close()
+
     def handle(self) -> None:
         proxy: ForwardProxy = self.server.proxy  # type: ignore[attr-defined]
         start = self.rfile.readline(_MAX_LINE)
@@ -126,6 +136,9 @@ class _Handler(socketserver.StreamRequestHandler):
                 b'Proxy-Authenticate: Basic realm="test proxy"\r\n'
                 b"Content-Length: 0\r\nConnection: close\r\n\r\n"
             )
+            return
+        if method == "CONNECT" and target in proxy.blocked:
+            self.wfile.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
             return
         proxy.took(method, target)
         try:

@@ -13,6 +13,7 @@ Modelled on git-lfs's own layout:
 - connections.py: keep-alive connections per server (lfshttp/client.go);
 - tls.py: the TLS context: git's CAs, a client certificate and its key's passphrase;
 - tunnel.py: a connection through a proxy: HTTP CONNECT, SOCKS 4, 4a and 5;
+- proxylogins.py: a proxy's password from git credential (a URL with a user only);
 - retry.py: backoff, Retry-After (tq/transfer_queue.go);
 - batch.py, api.py: the Batch API (tq/api.go);
 - basic.py: the basic transfer adapter (tq/basic_upload.go, basic_download.go);

@@ -19,16 +19,18 @@ urllib3 did this before: importing it took about 45 ms of every LFS process
 from __future__ import annotations
 
 import select
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from http.client import HTTPConnection, HTTPMessage, HTTPResponse, HTTPSConnection
 from ssl import SSLContext
 from urllib.parse import urlsplit
 
+from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs import tunnel
 from git_mgit.transfer.stores.lfs.httpconfig import Route, Tls
 from git_mgit.transfer.stores.lfs.policy import origin
-from git_mgit.transfer.stores.lfs.tls import client_context, wrap
+from git_mgit.transfer.stores.lfs.tls import TlsInTls, client_context, wrap
 
 Origin = tuple[str, str, int]
 DIRECT = Route()  # no proxy, the system's CAs
@@ -178,6 +180,7 @@ class Pool:
         self._origins: dict[tuple[Origin, Route], _Origin] = {}
         self._lock = threading.Lock()
         self._contexts: dict[Tls, SSLContext] = {}
+        self._failed: dict[Tls, str] = {}  # settings whose context could not be made: why
 
     def request(
         self,
@@ -244,12 +247,20 @@ class Pool:
         with self._lock:
             context = self._contexts.get(tls)
             if context is None:
-                context = self._contexts[tls] = self._make_context(tls)
+                if tls in self._failed:  # asked once, refused: never asked again
+                    raise BlobStoreError(self._failed[tls])
+                try:
+                    context = self._contexts[tls] = self._make_context(tls)
+                except BlobStoreError as exc:
+                    self._failed[tls] = str(exc)
+                    raise
             return context
 
 
 def _dropped(conn: HTTPConnection) -> bool:
-    """Whether an idle connection was closed by the server (readable means EOF or junk)."""
+    """Whether an idle connection was closed by the server. Readable means EOF or junk,
+    unless the bytes were TLS records without data: TLS 1.3 servers send session tickets
+    after the handshake, so a connection opened ahead of its first request is readable."""
     sock = conn.sock
     if sock is None:
         return True
@@ -257,4 +268,20 @@ def _dropped(conn: HTTPConnection) -> bool:
         readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):
         return True
-    return bool(readable)
+    if not readable:
+        return False
+    if isinstance(sock, TlsInTls):
+        return not sock.idle()
+    if not isinstance(sock, ssl.SSLSocket):
+        return True
+    timeout = sock.gettimeout()
+    sock.settimeout(0)
+    try:
+        sock.recv(1)  # b"": closed; a byte: junk where nothing was asked
+        return True
+    except ssl.SSLWantReadError:
+        return False  # records only, and nothing more yet
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)

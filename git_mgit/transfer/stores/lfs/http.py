@@ -17,7 +17,7 @@ import contextlib
 import re
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from http.client import HTTPException, InvalidURL
 from typing import TypeVar
@@ -27,7 +27,7 @@ from git_mgit.transfer.stores.blobs import BlobStoreError, Body
 from git_mgit.transfer.stores.lfs.auth import Access
 from git_mgit.transfer.stores.lfs.connections import Pool, Response
 from git_mgit.transfer.stores.lfs.creds import Credential
-from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Proxy
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Proxy, Route
 from git_mgit.transfer.stores.lfs.policy import (
     may_send_credentials,
     origin,
@@ -35,10 +35,11 @@ from git_mgit.transfer.stores.lfs.policy import (
     redact,
     site,
 )
+from git_mgit.transfer.stores.lfs.proxylogins import ProxyLogins
 from git_mgit.transfer.stores.lfs.retry import Transient, retry_after, transient
-from git_mgit.transfer.stores.lfs.tls import client_context
+from git_mgit.transfer.stores.lfs.tls import client_context, tls_failure
 from git_mgit.transfer.stores.lfs.trace import trace
-from git_mgit.transfer.stores.lfs.tunnel import ProxyRefused
+from git_mgit.transfer.stores.lfs.tunnel import ProxyRefused, TunnelError
 
 T = TypeVar("T")
 
@@ -46,15 +47,6 @@ USER_AGENT = "git-mgit (git-lfs compatible)"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 5
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"\]\)]+)")
-# OpenSSL's reasons for a server's alert about the client's certificate (none, or refused)
-_CLIENT_CERTIFICATE_ALERTS = (
-    "CERTIFICATE_REQUIRED",
-    "BAD_CERTIFICATE",
-    "UNKNOWN_CA",
-    "CERTIFICATE_UNKNOWN",
-    "CERTIFICATE_EXPIRED",
-    "CERTIFICATE_REVOKED",
-)
 _QUOTES = re.compile(r"['\"/?]|http", re.IGNORECASE)  # a reason that may quote a URL
 
 
@@ -77,6 +69,7 @@ class Http:
         """`config`: git's http.* settings (default: none but the environment's)."""
         self._access = access
         self._config = config or HttpConfig([])
+        self._logins = ProxyLogins(access.helper)
         # One connection per transfer thread, and one for the caller's batch requests; a
         # thread that finds them all busy waits for one: none is ever left unreturned.
         contexts = partial(client_context, helper=access.helper)
@@ -87,10 +80,14 @@ class Http:
 
     def prepare(self, url: str, cred_url: str) -> None:
         """Credentials a helper has and a connection, ready for a first request to `url`,
-        which then starts at once (best effort: that request fails as usual if they do not)."""
+        which then starts at once (best effort: that request fails as usual if they do not).
+        Never prompts: no connection where a key's passphrase or a proxy's password would
+        have to be asked for."""
         self._access.prefill(cred_url)
         with contextlib.suppress(OSError, HTTPException, ValueError, BlobStoreError):
-            self._pool.connect(url, self._config.route(url))
+            route = self._route(url, prompt=False)
+            if route is not None and not _asks_passphrase(route):
+                self._pool.connect(url, route)
 
     def send(
         self,
@@ -169,7 +166,8 @@ class Http:
         headers: dict[str, str],
         body: Body | None,
     ) -> Response:
-        route = self._config.route(url)
+        route = self._route(url)
+        assert route is not None  # prompts allowed: a route or an error
         proxy = route.proxy
         if _has_auth(headers) and not may_send_credentials(url, proxy and proxy.host):
             raise BlobStoreError(
@@ -178,47 +176,52 @@ class Http:
             )
         try:
             response = self._pool.request(method, url, body, headers, route)
-        except ssl.SSLCertVerificationError as exc:
-            raise BlobStoreError(
-                f"{redact(url)}: the server's certificate is not trusted ({exc.verify_message}); "
-                "if your organisation's CA signs it, point git at that CA (git config "
-                "http.sslCAInfo /path/to/ca.pem): git and git-mgit both use it"
-            ) from None
         except ssl.SSLError as exc:
-            raise _tls_failed(url, exc, route.tls.cert is not None) from None
+            if proxy is not None and _absolute(proxy, url):  # TLS with the proxy alone
+                raise tls_failure(f"proxy {proxy.shown}", exc, proxy.tls) from None
+            raise tls_failure(redact(url), exc, route.tls) from None
         except (ValueError, InvalidURL):  # from an answer or redirect: no retry mends it
             raise _unsendable(url) from None
         except ProxyRefused as refused:
+            if refused.login:
+                self._logins.refused(route.proxy)
             raise _proxy_refused(url, proxy, str(refused), refused.login) from None
+        except TunnelError as exc:  # its message names the proxy and what it said
+            raise Transient(f"{exc} (for {redact(url)})") from None
         except (OSError, HTTPException) as exc:
             through = f" through proxy {proxy.shown}" if proxy else ""
             raise Transient(f"{describe(exc)} talking to {redact(url)}{through}") from None
         trace(f"{method} {redact(url)} -> {response.status}")
-        if response.status == 407:  # the proxy of an http request refused it
+        if response.status == 407 and proxy is not None and _absolute(proxy, url):
             _discard(response)
+            self._logins.refused(route.proxy)
             shown = proxy.shown if proxy else "?"
             raise _proxy_refused(
                 url, proxy, f"proxy {shown} answered 407 (Proxy Authentication Required)"
             )
+        self._logins.worked(route.proxy)
         return response
 
+    def _route(self, url: str, prompt: bool = True) -> Route | None:
+        """The way to `url` (git's settings for it), the proxy's password filled in where
+        its URL names a user only; None where `prompt` is False and no helper has it."""
+        route = self._config.route(url)
+        proxy = self._logins.filled(route.proxy, prompt)
+        if route.proxy is not None and proxy is None:
+            return None
+        return replace(route, proxy=proxy)
 
-def _tls_failed(url: str, exc: ssl.SSLError, has_certificate: bool) -> BlobStoreError:
-    """One line for a failed TLS exchange. A server that wants a client certificate says so
-    in an alert, or (TLS 1.3, the request already sent) just closes: so without one, the
-    hint names the settings either way."""
-    reason = exc.reason or "the connection ended mid-exchange"
-    fix = (
-        "point git at yours (git config http.sslCert and http.sslKey): git and git-mgit both use it"
-    )
-    if any(alert in reason for alert in _CLIENT_CERTIFICATE_ALERTS):
-        return BlobStoreError(
-            f"{redact(url)}: the server wants a client certificate it accepts ({reason}); {fix}"
-        )
-    hint = "" if has_certificate else f"; if it asks for a client certificate, {fix}"
-    return BlobStoreError(
-        f"{redact(url)}: TLS failed ({reason}); check the server's certificate{hint}"
-    )
+
+def _absolute(proxy: Proxy, url: str) -> bool:
+    """Whether a request to `url` goes to `proxy` itself, in absolute form (so its 407 and
+    its TLS are the proxy's)."""
+    return proxy.scheme in ("http", "https") and url[:5].lower() == "http:"
+
+
+def _asks_passphrase(route: Route) -> bool:
+    """Whether opening a connection by `route` asks for a client key's passphrase."""
+    tls = [route.tls] + ([route.proxy.tls] if route.proxy else [])
+    return any(t.password_protected and t.cert for t in tls)
 
 
 def _proxy_refused(url: str, proxy: Proxy | None, why: str, login: bool = True) -> BlobStoreError:

@@ -44,6 +44,7 @@ from git_mgit.transfer.stores.lfs.policy import DEFAULT_PORTS
 _FALSE = frozenset({"false", "no", "off", "0"})
 _PROXY_PORTS = {"https": 443}  # curl's, for a proxy URL without one; else 1080
 _PROXY_SCHEMES = frozenset({"http", "https", "socks4", "socks4a", "socks5", "socks5h"})
+_SCHEME_ALIASES = {"socks": "socks4"}  # git's http.c and curl both take socks:// so
 _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 
@@ -58,6 +59,7 @@ class Tls:
     cert: str | None = None
     key: str | None = None
     password_protected: bool = False  # the key's passphrase from git credential (tls.py)
+    settings: str = "http.ssl"  # their names' start, for messages: or http.proxySSL
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,7 @@ class HttpConfig:
             paths["cert"],
             paths["key"],
             protected,
+            "http.ssl" if key == "ssl" else "http.proxySSL",
         )
 
     def headers(self, url: str) -> list[tuple[str, str]]:
@@ -233,8 +236,9 @@ def _parse_proxy(value: str, setting: str) -> Proxy:
         port = parts.port or _PROXY_PORTS.get(parts.scheme.lower(), 1080)
     except ValueError:  # an unparsable host or port: shown without what it holds
         parts, port = urlsplit(f"{text.partition('://')[0]}://?"), 0
-    scheme = parts.scheme.lower()
-    shown = f"{scheme}://{parts.hostname or '?'}:{port or '?'}"
+    scheme = _SCHEME_ALIASES.get(parts.scheme.lower(), parts.scheme.lower())
+    host = parts.hostname or "?"
+    shown = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port or '?'}"
     if scheme not in _PROXY_SCHEMES or not parts.hostname or not port:
         raise BlobStoreError(
             f"{setting} = {shown}: not a proxy git-mgit's LFS client can use (it takes "

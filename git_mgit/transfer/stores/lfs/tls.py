@@ -55,6 +55,11 @@ def _load_certificate(context: SSLContext, tls: Tls, helper: GitCredentials | No
     if not tls.password_protected or helper is None:
         try:  # a key behind a passphrase fails here, as curl's does, never prompts
             context.load_cert_chain(tls.cert, tls.key, password=_no_passphrase)
+        except _NoPassphrase:
+            raise BlobStoreError(
+                f"the client key for {tls.cert} is behind a passphrase: set "
+                f"{tls.settings}CertPasswordProtected true for git and git-mgit to ask for it"
+            ) from None
         except (OSError, ValueError) as exc:
             raise _unusable(tls, exc) from None
         return
@@ -66,27 +71,70 @@ def _load_certificate(context: SSLContext, tls: Tls, helper: GitCredentials | No
         raise BlobStoreError(
             f"the client key for {tls.cert} did not open with the passphrase git's credential "
             "helper gave (now rejected there); run the command again to be asked anew, or "
-            "check http.sslCert and http.sslKey"
+            f"check {tls.settings}Cert and {tls.settings}Key"
         ) from None
     except OSError as exc:
         raise _unusable(tls, exc) from None
     helper.approve(credential)
 
 
+class _NoPassphrase(ValueError):
+    """OpenSSL asked for a passphrase nobody was to give."""
+
+
 def _no_passphrase() -> str:
-    raise ValueError(
-        "a client key behind a passphrase: set http.sslCertPasswordProtected true for git "
-        "and git-mgit to ask for it"
-    )
+    raise _NoPassphrase
 
 
 def _unusable(tls: Tls, exc: OSError | ValueError) -> BlobStoreError:
     files = [f for f in (tls.ca_file, tls.ca_path, tls.cert, tls.key) if f]
+    names = (
+        ("CAInfo", "CAPath", "Cert", "Key")
+        if tls.settings == "http.ssl"
+        else ("CAInfo", "Cert", "Key")
+    )
+    settings = ", ".join(f"{tls.settings}{name}" for name in names)
+    variables = "GIT_SSL_CAINFO" if tls.settings == "http.ssl" else "GIT_PROXY_SSL_CAINFO"
     return BlobStoreError(
         f"git's TLS settings name files the LFS client cannot use ({', '.join(files)}: "
-        f"{getattr(exc, 'strerror', None) or exc}); check http.sslCAInfo, http.sslCAPath, "
-        "http.sslCert and http.sslKey (or GIT_SSL_CAINFO and the like)"
+        f"{getattr(exc, 'strerror', None) or exc}); check {settings} (or {variables} and "
+        "the like)"
     )
+
+
+# OpenSSL's reasons for a peer's alert about our certificate (none, or refused)
+_CLIENT_CERTIFICATE_ALERTS = (
+    "CERTIFICATE_REQUIRED",
+    "BAD_CERTIFICATE",
+    "UNKNOWN_CA",
+    "CERTIFICATE_UNKNOWN",
+    "CERTIFICATE_EXPIRED",
+    "CERTIFICATE_REVOKED",
+)
+
+
+def tls_failure(where: str, exc: ssl.SSLError, tls: Tls) -> BlobStoreError:
+    """One line for a failed TLS exchange with `where` (a server's URL, a proxy), naming
+    the settings `tls` came from. A peer that wants a client certificate says so in an
+    alert, or (TLS 1.3, the request already sent) just closes: so without one, the hint
+    names the settings either way."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return BlobStoreError(
+            f"{where}: its certificate is not trusted ({exc.verify_message}); if your "
+            "organisation's CA signs it, point git at that CA (git config "
+            f"{tls.settings}CAInfo /path/to/ca.pem): git and git-mgit both use it"
+        )
+    reason = exc.reason or "the connection ended mid-exchange"
+    fix = (
+        f"point git at yours (git config {tls.settings}Cert and {tls.settings}Key): git and "
+        "git-mgit both use it"
+    )
+    if any(alert in reason for alert in _CLIENT_CERTIFICATE_ALERTS):
+        return BlobStoreError(
+            f"{where}: it wants a client certificate it accepts ({reason}); {fix}"
+        )
+    hint = "" if tls.cert else f"; if it asks for a client certificate, {fix}"
+    return BlobStoreError(f"{where}: TLS failed ({reason}); check its certificate{hint}")
 
 
 def wrap(sock: socket.socket, context: SSLContext, host: str) -> socket.socket | TlsInTls:
@@ -117,6 +165,30 @@ class TlsInTls:
             return self._run(self._tls.read, nbytes or len(buffer), buffer)
         except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
             return 0  # the server closed, cleanly or not: the end of what it sent
+
+    def idle(self) -> bool:
+        """Whether the session is open with no data waiting (asked when the socket is
+        readable: records without data, a TLS 1.3 ticket of either session, are read)."""
+        timeout = self._outer.gettimeout()
+        self._outer.settimeout(0)
+        try:
+            try:
+                data = self._outer.recv(1 << 16)
+            except ssl.SSLWantReadError:
+                data = None  # the proxy's own records only
+            if data == b"":
+                return False
+            if data:
+                self._incoming.write(data)
+            try:
+                self._tls.read(1)  # b"": closed; a byte: junk where nothing was asked
+            except ssl.SSLWantReadError:
+                return True
+            return False
+        except OSError:
+            return False
+        finally:
+            self._outer.settimeout(timeout)
 
     def recv(self, size: int) -> bytes:
         buffer = bytearray(size)

@@ -24,8 +24,8 @@ import ssl
 import struct
 from collections.abc import Callable
 
-from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.httpconfig import Proxy, Tls
+from git_mgit.transfer.stores.lfs.tls import tls_failure
 
 _MAX_LINE = 1 << 16  # of an HTTP proxy's answer to CONNECT
 _SOCKS5_FAILURES = {
@@ -39,13 +39,20 @@ _SOCKS5_FAILURES = {
     8: "address type not supported",
 }
 _REFUSING = frozenset({2})  # answers no retry mends: the proxy's rules
+_RETRIED = frozenset({408, 429})  # a CONNECT refused for now
 _SOCKS4_GRANTED = 0x5A
+_SOCKS4_FAILED = 0x5B  # rejected or failed: the server may be down
 _SOCKS4A_MARK = b"\x00\x00\x00\x01"  # an IPv4 address no host has: the name follows
 
 
-class ProxyRefused(OSError):
+class TunnelError(OSError):
+    """The proxy could not reach the server (worth a retry). The message is for the user as
+    it is: it names the proxy, never its credentials."""
+
+
+class ProxyRefused(TunnelError):
     """The proxy will not connect us as we asked: credentials it wants or refused
-    (`login`), or its rules. No retry mends it; the message is what it said, for the user."""
+    (`login`), or its rules. No retry mends it."""
 
     def __init__(self, message: str, login: bool = True) -> None:
         super().__init__(message)
@@ -54,20 +61,15 @@ class ProxyRefused(OSError):
 
 def reach(proxy: Proxy, timeout: float, contexts: Callable[[Tls], ssl.SSLContext]) -> socket.socket:
     """A connection to the proxy itself: TLS for an https:// proxy (checked with
-    `contexts(proxy.tls)`; BlobStoreError, naming http.proxySSLCAInfo, when its certificate
-    is not trusted)."""
+    `contexts(proxy.tls)`; BlobStoreError naming the proxy's TLS settings when that fails)."""
     sock = socket.create_connection((proxy.host, proxy.port), timeout)
     if proxy.scheme != "https":
         return sock
     try:
         return contexts(proxy.tls).wrap_socket(sock, server_hostname=proxy.host)
-    except ssl.SSLCertVerificationError as exc:
+    except ssl.SSLError as exc:
         sock.close()
-        raise BlobStoreError(
-            f"proxy {proxy.shown}: its certificate is not trusted ({exc.verify_message}); if "
-            "your organisation's CA signs it, point git at that CA (git config "
-            "http.proxySSLCAInfo /path/to/ca.pem): git and git-mgit both use it"
-        ) from None
+        raise tls_failure(f"proxy {proxy.shown}", exc, proxy.tls) from None
     except BaseException:
         sock.close()
         raise
@@ -80,8 +82,8 @@ def connect(
     timeout: float,
     contexts: Callable[[Tls], ssl.SSLContext],
 ) -> socket.socket:
-    """A connection to `host`:`port` through `proxy`; OSError when the proxy cannot reach
-    it (ProxyRefused when it will not)."""
+    """A connection to `host`:`port` through `proxy`; TunnelError when the proxy cannot
+    reach it (ProxyRefused when it will not), OSError when the proxy cannot be reached."""
     sock = reach(proxy, timeout, contexts)
     try:
         if proxy.scheme in ("http", "https"):
@@ -90,6 +92,9 @@ def connect(
             _socks5(sock, proxy, host, port)
         else:
             _socks4(sock, proxy, host, port)
+    except ssl.SSLError as exc:  # TLS 1.3: an https proxy refuses our certificate only now
+        sock.close()
+        raise tls_failure(f"proxy {proxy.shown}", exc, proxy.tls) from None
     except BaseException:
         sock.close()
         raise
@@ -109,10 +114,13 @@ def _connect(sock: socket.socket, proxy: Proxy, host: str, port: int) -> None:
         while answer.readline(_MAX_LINE) not in (b"\r\n", b"\n", b""):
             pass
     code = int(status[1]) if len(status) > 1 and status[1].isdigit() else 0
+    said = f"proxy {proxy.shown} answered {code or 'no HTTP'} to CONNECT {target}"
     if code == 407:
-        raise ProxyRefused(f"proxy {proxy.shown} answered 407 (Proxy Authentication Required)")
+        raise ProxyRefused(f"{said} (Proxy Authentication Required)")
+    if 400 <= code < 500 and code not in _RETRIED:  # 403: its rules (ports, hosts)
+        raise ProxyRefused(said, login=False)
     if code // 100 != 2:
-        raise OSError(f"proxy {proxy.shown} answered {code or 'no HTTP'} to CONNECT")
+        raise TunnelError(said)
 
 
 def _socks5(sock: socket.socket, proxy: Proxy, host: str, port: int) -> None:
@@ -120,7 +128,7 @@ def _socks5(sock: socket.socket, proxy: Proxy, host: str, port: int) -> None:
     sock.sendall(b"\x05" + bytes([len(methods)]) + methods)
     version, method = _read(sock, 2)
     if version != 5:
-        raise OSError(f"{proxy.shown} is not a SOCKS5 proxy")
+        raise TunnelError(f"{proxy.shown} is not a SOCKS5 proxy")
     if method == 0x02 and proxy.user is not None:
         user, password = proxy.user.encode(), (proxy.password or "").encode()
         if len(user) > 255 or len(password) > 255:
@@ -135,7 +143,7 @@ def _socks5(sock: socket.socket, proxy: Proxy, host: str, port: int) -> None:
     _, code, _, kind = _read(sock, 4)
     if code != 0:
         failure = f"SOCKS5 proxy {proxy.shown}: {_SOCKS5_FAILURES.get(code, f'error {code}')}"
-        raise ProxyRefused(failure, login=False) if code in _REFUSING else OSError(failure)
+        raise ProxyRefused(failure, login=False) if code in _REFUSING else TunnelError(failure)
     length = {1: 4, 4: 16}.get(kind) or _read(sock, 1)[0]
     _read(sock, length + 2)  # the address the proxy bound, and its port: unused
 
@@ -146,10 +154,10 @@ def _socks5_address(proxy: Proxy, host: str, port: int) -> bytes:
     if address is None and proxy.scheme == "socks5h":
         name = host.encode("idna")
         if len(name) > 255:
-            raise OSError(f"{host}: a name too long for SOCKS5")
+            raise ProxyRefused(f"{host}: a name too long for SOCKS5", login=False)
         return b"\x03" + bytes([len(name)]) + name + struct.pack(">H", port)
     if address is None:
-        address = _resolved(host, port, socket.AF_UNSPEC)
+        address = _resolved(host, port, socket.AF_UNSPEC, proxy)
     kind = b"\x01" if address.version == 4 else b"\x04"
     return kind + address.packed + struct.pack(">H", port)
 
@@ -157,16 +165,23 @@ def _socks5_address(proxy: Proxy, host: str, port: int) -> bytes:
 def _socks4(sock: socket.socket, proxy: Proxy, host: str, port: int) -> None:
     user = (proxy.user or "").encode() + b"\x00"
     address = _literal(host)
-    if address is not None and address.version != 4:
-        raise OSError(f"SOCKS4 proxy {proxy.shown} cannot reach an IPv6 address ({host})")
     if address is None and proxy.scheme == "socks4a":
         request = _SOCKS4A_MARK + user + host.encode("idna") + b"\x00"
     else:
-        request = (address or _resolved(host, port, socket.AF_INET)).packed + user
+        address = address or _resolved(host, port, socket.AF_INET, proxy)
+        if address.version != 4:
+            raise ProxyRefused(
+                f"SOCKS4 proxy {proxy.shown} reaches IPv4 addresses only, not {host}; use "
+                "socks4a:// or socks5h://",
+                login=False,
+            )
+        request = address.packed + user
     sock.sendall(b"\x04\x01" + struct.pack(">H", port) + request)
     _, code = _read(sock, 8)[:2]
+    if code == _SOCKS4_FAILED:
+        raise TunnelError(f"SOCKS4 proxy {proxy.shown}: request rejected or failed")
     if code != _SOCKS4_GRANTED:
-        raise ProxyRefused(f"SOCKS4 proxy {proxy.shown} refused the connection (code {code:#x})")
+        raise ProxyRefused(f"SOCKS4 proxy {proxy.shown} refused the user id (code {code:#x})")
 
 
 def _literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -177,10 +192,18 @@ def _literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def _resolved(
-    host: str, port: int, family: socket.AddressFamily
+    host: str, port: int, family: socket.AddressFamily, proxy: Proxy
 ) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """The first address `host` resolves to here (socks4 and socks5 send an address)."""
-    found = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+    try:
+        found = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+    except socket.gaierror:
+        kind = "an IPv4 address" if family == socket.AF_INET else "an address"
+        raise TunnelError(
+            f"{host} has no {kind} here, and {proxy.scheme}:// sends one; use "
+            f"{'socks4a' if family == socket.AF_INET else 'socks5h'}:// for the proxy to "
+            "resolve it"
+        ) from None
     return ipaddress.ip_address(found[0][4][0])
 
 
@@ -190,6 +213,6 @@ def _read(sock: socket.socket, n: int) -> bytes:
     while len(data) < n:
         got = sock.recv(n - len(data))
         if not got:
-            raise OSError("the proxy closed the connection mid-answer")
+            raise TunnelError("the proxy closed the connection mid-answer")
         data += got
     return bytes(data)

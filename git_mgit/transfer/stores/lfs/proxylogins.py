@@ -1,0 +1,78 @@
+"""A proxy's password from git credential, where the proxy's URL names a user only.
+
+git does this (http.c, init_curl_proxy_auth): `http.proxy =
+http://alice@proxy:3128` makes it ask `git credential fill` for
+protocol=http, host=proxy:3128, username=alice, approve what worked and
+reject what the proxy refused. The password is asked for once per command,
+whichever thread needs it first; the others wait for that answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.lfs.creds import Credential, GitCredentials
+from git_mgit.transfer.stores.lfs.httpconfig import Proxy
+
+
+class ProxyLogins:
+    """Passwords filled for proxies, and whether each has been approved yet."""
+
+    def __init__(self, helper: GitCredentials) -> None:
+        self._helper = helper
+        self._lock = threading.Lock()
+        self._filled: dict[Proxy, tuple[Proxy, Credential]] = {}  # as set -> (filled, from)
+        self._approved: set[Proxy] = set()
+
+    def filled(self, proxy: Proxy | None, prompt: bool) -> Proxy | None:
+        """`proxy` with its password where its URL gave a user only (None where `prompt` is
+        False and no helper has one); `proxy` itself otherwise."""
+        if proxy is None or proxy.user is None or proxy.password is not None:
+            return proxy
+        with self._lock:  # one question at a time: the first thread's answer serves all
+            found = self._filled.get(proxy)
+            if found is None:
+                try:
+                    credential = self._helper.fill(_credential_url(proxy), prompt=prompt)
+                except BlobStoreError:
+                    if prompt:
+                        raise
+                    return None
+                found = (replace(proxy, password=credential.get("password") or ""), credential)
+                self._filled[proxy] = found
+            return found[0]
+
+    def worked(self, proxy: Proxy | None) -> None:
+        """The proxy took a request with this password: approve it, once."""
+        credential = self._pending(proxy)
+        if credential is not None:
+            self._helper.approve(credential)
+
+    def refused(self, proxy: Proxy | None) -> None:
+        """The proxy refused this password: reject it and forget it."""
+        with self._lock:
+            entry = next(
+                ((key, cred) for key, (got, cred) in self._filled.items() if got == proxy), None
+            )
+            if entry is None:
+                return
+            del self._filled[entry[0]]
+            self._approved.discard(entry[0])
+        self._helper.reject(entry[1])
+
+    def _pending(self, proxy: Proxy | None) -> Credential | None:
+        if proxy is None or proxy.password is None:
+            return None
+        with self._lock:
+            for key, (got, credential) in self._filled.items():
+                if got == proxy and key not in self._approved:
+                    self._approved.add(key)
+                    return credential
+        return None
+
+
+def _credential_url(proxy: Proxy) -> str:
+    host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
+    return f"{proxy.scheme}://{proxy.user}@{host}:{proxy.port}"

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 from urllib.parse import urlsplit
 
+from tests.gitsandbox import ServedOnThread
+
 __all__ = ["FaultProxy", "Seen"]
 
 _COPY = 1 << 20
@@ -67,8 +69,9 @@ class _Fault:
         return (self.method is None or self.method == method) and bool(self.path.search(target))
 
 
-class FaultProxy:
-    """A reverse proxy to `upstream` (`http://host:port`) that fails requests on demand."""
+class FaultProxy(ServedOnThread):
+    """A reverse proxy to `upstream` (`http://host:port`) that fails requests on demand;
+    serving while entered."""
 
     def __init__(self, upstream: str) -> None:
         parts = urlsplit(upstream)
@@ -86,15 +89,6 @@ class FaultProxy:
             name="fault-proxy",
             daemon=True,
         )
-
-    def __enter__(self) -> FaultProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.close_all()
-        self._thread.join()
 
     # -- scripting faults -------------------------------------------------------------
 
@@ -425,10 +419,10 @@ class _Server(socketserver.ThreadingTCPServer):
         with self._connections_lock:
             self._connections.discard(connection)
 
-    def close_all(self) -> None:
+    def server_close(self) -> None:
         """Stop: wake every handler blocked on a keep-alive connection, and stop listening."""
         with self._connections_lock:
             for connection in self._connections:
                 with contextlib.suppress(OSError):
                     connection.shutdown(socket.SHUT_RDWR)
-        self.server_close()
+        super().server_close()

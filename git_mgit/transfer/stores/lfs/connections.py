@@ -101,7 +101,7 @@ class _Origin:
     def proxied(self) -> bool:
         """Whether requests go to a proxy in absolute form (http through an HTTP proxy)."""
         proxy = self.route.proxy
-        return proxy is not None and proxy.scheme in ("http", "https") and self.origin[0] == "http"
+        return proxy is not None and proxy.takes_requests_for(self.origin[0])
 
     def get(self) -> HTTPConnection:
         """An open connection: an idle one still open, else a new one (waits for a slot)."""

@@ -177,14 +177,14 @@ class Http:
         try:
             response = self._pool.request(method, url, body, headers, route)
         except ssl.SSLError as exc:
-            if proxy is not None and _absolute(proxy, url):  # TLS with the proxy alone
+            if proxy is not None and proxy.takes_requests_for(url.partition(":")[0]):
                 raise tls_failure(f"proxy {proxy.shown}", exc, proxy.tls) from None
             raise tls_failure(redact(url), exc, route.tls) from None
         except (ValueError, InvalidURL):  # from an answer or redirect: no retry mends it
             raise _unsendable(url) from None
         except ProxyRefused as refused:
             if refused.login:
-                self._logins.refused(route.proxy)
+                self._logins.refused(proxy)
             raise _proxy_refused(url, proxy, str(refused), refused.login) from None
         except TunnelError as exc:  # its message names the proxy and what it said
             raise Transient(f"{exc} (for {redact(url)})") from None
@@ -192,14 +192,17 @@ class Http:
             through = f" through proxy {proxy.shown}" if proxy else ""
             raise Transient(f"{describe(exc)} talking to {redact(url)}{through}") from None
         trace(f"{method} {redact(url)} -> {response.status}")
-        if response.status == 407 and proxy is not None and _absolute(proxy, url):
+        if (
+            response.status == 407
+            and proxy is not None
+            and proxy.takes_requests_for(url.partition(":")[0])
+        ):
             _discard(response)
-            self._logins.refused(route.proxy)
-            shown = proxy.shown if proxy else "?"
+            self._logins.refused(proxy)
             raise _proxy_refused(
-                url, proxy, f"proxy {shown} answered 407 (Proxy Authentication Required)"
+                url, proxy, f"proxy {proxy.shown} answered 407 (Proxy Authentication Required)"
             )
-        self._logins.worked(route.proxy)
+        self._logins.worked(proxy)
         return response
 
     def _route(self, url: str, prompt: bool = True) -> Route | None:
@@ -207,15 +210,9 @@ class Http:
         its URL names a user only; None where `prompt` is False and no helper has it."""
         route = self._config.route(url)
         proxy = self._logins.filled(route.proxy, prompt)
-        if route.proxy is not None and proxy is None:
-            return None
-        return replace(route, proxy=proxy)
-
-
-def _absolute(proxy: Proxy, url: str) -> bool:
-    """Whether a request to `url` goes to `proxy` itself, in absolute form (so its 407 and
-    its TLS are the proxy's)."""
-    return proxy.scheme in ("http", "https") and url[:5].lower() == "http:"
+        if proxy is route.proxy:  # no password to fill in (the usual case): as configured
+            return route
+        return None if proxy is None else replace(route, proxy=proxy)
 
 
 def _asks_passphrase(route: Route) -> bool:

@@ -44,6 +44,10 @@ from git_mgit.transfer.stores.lfs.policy import DEFAULT_PORTS
 _FALSE = frozenset({"false", "no", "off", "0"})
 _PROXY_PORTS = {"https": 443}  # curl's, for a proxy URL without one; else 1080
 _PROXY_SCHEMES = frozenset({"http", "https", "socks4", "socks4a", "socks5", "socks5h"})
+_TLS_SETTINGS = {  # settings' start -> (config key's start, environment variables' start)
+    "http.ssl": ("ssl", "GIT_SSL_"),
+    "http.proxySSL": ("proxyssl", "GIT_PROXY_SSL_"),
+}
 _SCHEME_ALIASES = {"socks": "socks4"}  # git's http.c and curl both take socks:// so
 _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -75,6 +79,11 @@ class Proxy:
     shown: str = ""  # its URL without credentials, for messages
     setting: str = "http.proxy"  # where it was named, for messages
     tls: Tls = Tls()  # how an https proxy's own certificate is checked, and ours shown it
+
+    def takes_requests_for(self, scheme: str) -> bool:
+        """Whether requests to a `scheme` server go to this proxy itself, in absolute form
+        (http through an HTTP proxy), not through a tunnel: its 407 and TLS are its own."""
+        return self.scheme in ("http", "https") and scheme.lower() == "http"
 
     @property
     def authorization(self) -> str | None:
@@ -125,12 +134,13 @@ class HttpConfig:
         verify = _git_bool(said.get("sslverify", "true")) and "GIT_SSL_NO_VERIFY" not in self._env
         proxy = self._proxy(url, self._remote_proxy or _named("http.proxy", said.get("proxy")))
         if proxy is not None and proxy.scheme == "https":  # always checked, as git has it
-            proxy = replace(proxy, tls=self._tls(said, "proxyssl", "GIT_PROXY_SSL_", True))
-        return Route(self._tls(said, "ssl", "GIT_SSL_", verify), proxy)
+            proxy = replace(proxy, tls=self._tls(said, "http.proxySSL", True))
+        return Route(self._tls(said, "http.ssl", verify), proxy)
 
-    def _tls(self, said: dict[str, str], key: str, var: str, verify: bool) -> Tls:
-        """The TLS settings under `http.<key>*` (`ssl`, `proxyssl`), each overridden by its
-        environment variable `<var>*` (`GIT_SSL_CAINFO`, `GIT_PROXY_SSL_CAINFO`)."""
+    def _tls(self, said: dict[str, str], settings: str, verify: bool) -> Tls:
+        """The TLS settings `<settings>*` (`http.sslCAInfo`, `http.proxySSLCAInfo`), each
+        overridden by its environment variable (`GIT_SSL_CAINFO`, `GIT_PROXY_SSL_CAINFO`)."""
+        key, var = _TLS_SETTINGS[settings]
         paths = {
             name: os.path.expanduser(path)
             if (path := self._env.get(f"{var}{name.upper()}") or said.get(f"{key}{name}"))
@@ -147,7 +157,7 @@ class HttpConfig:
             paths["cert"],
             paths["key"],
             protected,
-            "http.ssl" if key == "ssl" else "http.proxySSL",
+            settings,
         )
 
     def headers(self, url: str) -> list[tuple[str, str]]:

@@ -24,7 +24,7 @@ class ProxyLogins:
         self._helper = helper
         self._lock = threading.Lock()
         self._filled: dict[Proxy, tuple[Proxy, Credential]] = {}  # as set -> (filled, from)
-        self._approved: set[Proxy] = set()
+        self._approved: set[Proxy] = set()  # filled ones whose password was approved
 
     def filled(self, proxy: Proxy | None, prompt: bool) -> Proxy | None:
         """`proxy` with its password where its URL gave a user only (None where `prompt` is
@@ -46,31 +46,31 @@ class ProxyLogins:
 
     def worked(self, proxy: Proxy | None) -> None:
         """The proxy took a request with this password: approve it, once."""
-        credential = self._pending(proxy)
-        if credential is not None:
-            self._helper.approve(credential)
+        if proxy is None or proxy.password is None or not self._filled:  # nothing filled
+            return
+        with self._lock:
+            found = self._filled.get(_as_set(proxy))
+            if found is None or found[0] != proxy or found[0] in self._approved:
+                return
+            self._approved.add(found[0])
+        self._helper.approve(found[1])
 
     def refused(self, proxy: Proxy | None) -> None:
         """The proxy refused this password: reject it and forget it."""
+        if proxy is None or proxy.password is None or not self._filled:  # nothing filled
+            return
         with self._lock:
-            entry = next(
-                ((key, cred) for key, (got, cred) in self._filled.items() if got == proxy), None
-            )
-            if entry is None:
+            found = self._filled.get(_as_set(proxy))
+            if found is None or found[0] != proxy:
                 return
-            del self._filled[entry[0]]
-            self._approved.discard(entry[0])
-        self._helper.reject(entry[1])
+            del self._filled[_as_set(proxy)]
+            self._approved.discard(found[0])
+        self._helper.reject(found[1])
 
-    def _pending(self, proxy: Proxy | None) -> Credential | None:
-        if proxy is None or proxy.password is None:
-            return None
-        with self._lock:
-            for key, (got, credential) in self._filled.items():
-                if got == proxy and key not in self._approved:
-                    self._approved.add(key)
-                    return credential
-        return None
+
+def _as_set(proxy: Proxy) -> Proxy:
+    """The proxy as git's settings gave it, before its password was filled in."""
+    return replace(proxy, password=None)
 
 
 def _credential_url(proxy: Proxy) -> str:

@@ -1,5 +1,3 @@
-import sys
+from git_mgit.cli import entry
 
-from git_mgit.cli import main
-
-sys.exit(main())
+entry()

@@ -590,6 +590,60 @@ def test_a_new_tip_on_a_blob_store_leaves_the_old_one_whole(lfs_server, tmp_path
     checks_out_every_version(fresh, commits, versions)
 
 
+def test_a_small_step_on_a_blob_store_goes_out_as_the_delta_git_add_stored(
+    lfs_server, tmp_path: Path
+) -> None:
+    """The store keeps the previous tip whole anyway: a new tip that `git add` stored as a
+    small delta of it goes out as that delta (the store and a pull grow by it, not by another
+    whole version), and a fresh clone fetches both, under 90% of the file; the tip after
+    it finds no whole base on the remote and goes out whole."""
+    from safetensors.numpy import save
+
+    versions = [model_bytes(7, n=4000)]
+    for _ in range(2):
+        step = {k: v.copy() for k, v in tensors_of(versions[-1]).items()}
+        for t in step.values():
+            if t.dtype.kind == "f":
+                t.flat[:4] += t.dtype.type(1e-3)  # every weight tensor moves a little
+        versions.append(save(step))
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    commits = commit_versions(root, versions[:1])
+    run_git("push", "-q", "-u", "origin", "main", cwd=root)
+    other = clone(lfs_server.repo_url(), tmp_path / "other")
+
+    def names() -> set[str]:
+        listing = run_git("ls-remote", lfs_server.repo_url(), "refs/mgit/v/*", cwd=root).stdout
+        return {r.removeprefix("refs/mgit/v/") for r in listing.split()[1::2]}
+
+    def storage_gets() -> list[str]:
+        hits = lfs_server.requests
+        return [h.path for h in hits if h.method == "GET" and "/objects/storage/" in h.path]
+
+    before = len(lfs_server.uploads())
+    commits += commit_versions(root, versions[1:2])
+    run_git("push", "-q", "origin", "main", cwd=root)
+    old, new = (run_git("rev-parse", f"{c}:{MODEL}", cwd=root).stdout.strip() for c in commits)
+    assert f"{new}.{old}" in names() and new not in names()  # a delta of the whole old tip
+    sent = lfs_server.uploads()[before:]
+    assert sent and sum(lfs_server.stored(o).stat().st_size for o in sent) < len(versions[1]) / 10
+    gets = len(storage_gets())
+    run_git("pull", "-q", cwd=other)
+    assert (other / MODEL).read_bytes() == versions[1] and status_porcelain(other) == ""
+    assert sorted(p.rsplit("/", 1)[1] for p in storage_gets()[gets:]) == sorted(sent)
+    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")  # the delta, then its base
+    assert (fresh / MODEL).read_bytes() == versions[1] and status_porcelain(fresh) == ""
+
+    commits += commit_versions(root, versions[2:])
+    run_git("push", "-q", "origin", "main", cwd=root)
+    newest = run_git("rev-parse", f"HEAD:{MODEL}", cwd=root).stdout.strip()
+    assert newest in names()  # whole: its base is a delta on the remote
+    run_git("push", "-q", "origin", "main", cwd=root)  # nothing new to publish
+    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh2")
+    checks_out_every_version(fresh, commits, versions)
+
+
 def test_a_checkpoints_frozen_layers_are_neither_encoded_nor_sent_again(
     lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -155,6 +155,37 @@ def test_the_old_tip_stays_whole_when_the_new_versions_lean_on_it_as_stored() ->
     assert plan.choices[old].base == v[1] and plan.replaced == {old: VersionRef(old, ()).name}
 
 
+def test_a_tip_leans_on_the_remotes_whole_tip_only_where_the_store_keeps_it() -> None:
+    """One more bf16 fine-tune step on Git LFS: the delta `git add` stored goes out as it is,
+    and a fresh clone fetches 13 + 44 = 57 of the file's 67; fp32 from scratch stays whole."""
+    cands, v = candidates(2)
+    cands.publish = [v[1]]
+    as_stored(cands, v, own=13, whole={0})
+    cands.lean_tips = True
+    plan = decide(cands, estimates(v, whole=44, delta=13, raw=67), budget=2.0, max_levels=8)
+    tip = plan.choices[v[1]]
+    assert (tip.base, tip.stored, tip.cost, tip.levels) == (v[0], True, 57, 1)
+    assert list(plan.choices) == [v[1]] and plan.replaced == {}
+    cands.lean_tips = False  # the refs store re-publishes the old tip instead
+    assert decide(cands, estimates(v, 44, 13, 67), 2.0, 8).choices[v[1]].base is None
+    cands.lean_tips = True
+    as_stored(cands, v, own=47, whole={0})  # 47 + 54 > 0.9 x 65
+    assert decide(cands, estimates(v, 54, 47, 65), 2.0, 8).choices[v[1]].base is None
+    as_stored(cands, v, own=13, whole={0})
+    assert decide(cands, estimates(v, 44, 13, 67), 2.0, max_levels=0).choices[v[1]].base is None
+
+
+def test_a_remote_holds_a_tip_whole_or_where_tips_lean_as_one_delta_of_a_whole_version() -> None:
+    from git_mgit.transfer.push import _held_as_tip
+
+    refs = published(A, f"{B}.{A}", f"{C}.{B}", f"{D}.{A}.{B}")
+    assert _held_as_tip(refs, A, lean=False) and _held_as_tip(refs, A, lean=True)
+    assert not _held_as_tip(refs, B, lean=False) and _held_as_tip(refs, B, lean=True)
+    assert not _held_as_tip(refs, C, lean=True)  # its base is a delta itself
+    assert not _held_as_tip(refs, D, lean=True)  # two bases
+    assert not _held_as_tip(refs, "e" * 40, lean=True)
+
+
 def test_sizes_and_limits_read_from_git_config(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "r")
     run_git("config", "mgit.maxPushSize", "1.5g", cwd=repo)

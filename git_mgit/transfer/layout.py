@@ -1,6 +1,8 @@
 """How a push lays model versions out on a remote, planned from estimates before writing.
 
-The version at a pushed tip is published whole. Every other version is
+The version at a pushed tip is published whole (on a store that keeps what a
+push replaces, it may go out as `git add` stored it, a delta of the remote's
+whole previous tip: `_tip`). Every other version is
 published, where it can be, as this clone stores it (`stored_forms`): whole,
 or as deltas of the version before it, with the objects `git add` wrote, so
 that nothing is encoded; decided oldest first, when its fetch cost (its own
@@ -35,6 +37,7 @@ from git_mgit.store.decoded import DecodedChunks, Readable
 from git_mgit.transfer.history import Version
 
 SAVING = 0.9  # a delta version must store at most this much of its whole size
+REACH = 0.9  # a tip published as a delta: a fresh clone of it fetches at most this much of its file
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,9 @@ class Candidates:
     # publishes that one or the remote holds it whole
     parents: dict[str, str] = field(default_factory=dict)
     stored: dict[str, Stored] = field(default_factory=dict)  # set by stored_forms()
+    # the store keeps what a push replaces (Git LFS, a bucket): a tip may go out as `git add`
+    # stored it, a delta of a version the remote holds whole (see _tip)
+    lean_tips: bool = False
 
     def order(self) -> list[str]:
         """Every version to decide, oldest first (rotations before what they lean on), the
@@ -171,7 +177,11 @@ def _forward(
     leaned_on = {f.base for f in cands.stored.values() if f.base is not None}
     for v in cands.publish:
         form = cands.stored.get(v)
-        if v not in later and (v in cands.tips or (form is not None and form.base is None)):
+        if v in later:
+            continue
+        if v in cands.tips:
+            choices[v] = _tip(cands, est, v, budget, max_levels)
+        elif form is not None and form.base is None:
             choices[v] = Choice(None, est.whole[v], 0)
     for v in cands.order():
         form = cands.stored.get(v)
@@ -188,6 +198,24 @@ def _forward(
         if v in leaned_on and not _reaches_whole(cands, est, choices, v, budget, max_levels):
             choices[v] = Choice(None, est.whole[v], 0)
     return choices
+
+
+def _tip(cands: Candidates, est: Estimates, v: str, budget: float, max_levels: int) -> Choice:
+    """A tip is published whole, so a fresh clone fetches one version. On a store that keeps
+    what a push replaces, the remote's previous tip stays whole there anyway: a new tip that
+    `git add` stored as deltas of it goes out as stored (nothing encoded; the store, the push
+    and a pull grow by the delta, not by another whole version) where the delta saves 10% and
+    a fresh clone of the tip, base included, fetches at most REACH of its file. The tip after
+    it finds no whole base on the remote, and goes out whole."""
+    whole = Choice(None, est.whole[v], 0)
+    form = cands.stored.get(v)
+    if not cands.lean_tips or form is None or form.base is None or form.base in cands.publish:
+        return whole  # leaning on nothing, or on a version this push publishes too
+    option = Choice(form.base, form.own + est.whole[form.base], 1, stored=True)
+    reach = min(budget, REACH) * est.raw[v]
+    if max_levels >= 1 and form.own <= SAVING * est.whole[v] and option.cost <= reach:
+        return option
+    return whole
 
 
 def _reaches_whole(

@@ -164,11 +164,12 @@ def candidates(
     versions each may lean on, which older one each is stored against here (and how), and
     which of the remote's whole versions may be re-published (`rotate`: on a store that
     deletes what it replaces; a Git LFS store or a bucket keeps the whole objects anyway,
-    so a delta beside them would add bytes, and work to a push)."""
-    tips = {v for v in pushed.tips if not any(r.whole for r in published.by_version.get(v, ()))}
+    so a delta beside them would add bytes, and work to a push; there a new tip may lean on
+    the remote's whole version instead, layout._tip)."""
+    tips = {v for v in pushed.tips if not _held_as_tip(published, v, lean=not rotate)}
     fresh = [v for v in pushed.versions if not published.holds(v)]
     publish_list = list(dict.fromkeys([*fresh, *(v for v in pushed.tips if v in tips)]))
-    cands = layout.Candidates(pushed.known, publish_list, tips)
+    cands = layout.Candidates(pushed.known, publish_list, tips, lean_tips=not rotate)
     wanted = set(publish_list)
     for older, newer in sorted(pushed.edges):
         if newer not in wanted:
@@ -196,6 +197,16 @@ def candidates(
     _families(store, pushed, published, cands)
     cands.stored = layout.stored_forms(store, cands)
     return cands
+
+
+def _held_as_tip(published: Published, v: str, lean: bool) -> bool:
+    """Whether the remote holds `v` as a tip should be: whole, or (`lean`: where tips may
+    lean, layout._tip) as a delta of one version it holds whole."""
+    best = published.best(v)
+    if best is None or best.whole:
+        return best is not None
+    base = published.best(best.bases[0])
+    return lean and len(best.bases) == 1 and base is not None and base.whole
 
 
 def _families(

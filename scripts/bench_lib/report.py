@@ -1088,6 +1088,17 @@ def _cpu_cell(samples: dict[str, list[float]], step: str) -> str:
     return f"{mine} + {median(servers):.2f}" if servers else mine
 
 
+def _each(mine: dict, theirs: dict, key: str) -> str:
+    """Every timing behind two medians (a median of three hides one push in three: a new
+    tip that goes out whole between two that go out as deltas)."""
+    if key not in mine or key not in theirs:
+        return ""  # runs before each was kept
+    return (
+        f"; each: {' / '.join(f'{t:.2f}' for t in mine[key])} s vs "
+        f"{' / '.join(f'{t:.2f}' for t in theirs[key])} s"
+    )
+
+
 def _cpu_floor(data: dict[str, Any], tool: str, step: str) -> str:
     """What the step's CPU allows at best on this machine's cores, for a target's detail."""
     samples = data["tools"][tool]
@@ -1137,7 +1148,8 @@ def stores_targets(data: dict[str, Any]) -> list[Target]:
                     Target(
                         f"stores {label}: {tool}: push of {what} at most 1.5x git-lfs's time",
                         ratio <= 1.5,
-                        f"{m[key]:.2f} s vs {lfs[key]:.2f} s ({ratio:.2f}x)",
+                        f"{m[key]:.2f} s vs {lfs[key]:.2f} s ({ratio:.2f}x)"
+                        + (_each(m, lfs, "push_one_times_s") if key == "push_one_s" else ""),
                     )
                 )
     big = data["transfer"]

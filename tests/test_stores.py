@@ -639,7 +639,9 @@ def test_a_small_step_on_a_blob_store_goes_out_as_the_delta_git_add_stored(
     run_git("push", "-q", "origin", "main", cwd=root)
     newest = run_git("rev-parse", f"HEAD:{MODEL}", cwd=root).stdout.strip()
     assert newest in names()  # whole: its base is a delta on the remote
-    run_git("push", "-q", "origin", "main", cwd=root)  # nothing new to publish
+    run_git("tag", "v1", commits[1], cwd=root)
+    run_git("push", "-q", "origin", "v1", cwd=root)  # an old commit at a new tip
+    assert {new, f"{new}.{old}"} <= names()  # a whole ref beside the delta, as on every store
     fresh = clone(lfs_server.repo_url(), tmp_path / "fresh2")
     checks_out_every_version(fresh, commits, versions)
 

@@ -14,7 +14,7 @@ from git_mgit.transfer.local import local_git_dir
 from git_mgit.transfer.versions import Published, VersionRef, parse
 from tests.gitsandbox import init_repo, run_git
 
-A, B, C, D = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
+A, B, C, D, E = ("a" * 40, "b" * 40, "c" * 40, "d" * 40, "e" * 40)
 
 
 def published(*names: str) -> Published:
@@ -175,15 +175,17 @@ def test_a_tip_leans_on_the_remotes_whole_tip_only_where_the_store_keeps_it() ->
     assert decide(cands, estimates(v, 44, 13, 67), 2.0, max_levels=0).choices[v[1]].base is None
 
 
-def test_a_remote_holds_a_tip_whole_or_where_tips_lean_as_one_delta_of_a_whole_version() -> None:
+def test_a_remote_holds_a_tip_whole_or_where_tips_lean_as_one_delta_of_a_whole_parent() -> None:
     from git_mgit.transfer.push import _held_as_tip
 
-    refs = published(A, f"{B}.{A}", f"{C}.{B}", f"{D}.{A}.{B}")
-    assert _held_as_tip(refs, A, lean=False) and _held_as_tip(refs, A, lean=True)
-    assert not _held_as_tip(refs, B, lean=False) and _held_as_tip(refs, B, lean=True)
-    assert not _held_as_tip(refs, C, lean=True)  # its base is a delta itself
-    assert not _held_as_tip(refs, D, lean=True)  # two bases
-    assert not _held_as_tip(refs, "e" * 40, lean=True)
+    refs = published(A, f"{B}.{A}", f"{C}.{B}", f"{D}.{A}.{B}", f"{E}.{A}")
+    edges = {(A, B), (B, C), (A, D)}  # (older, newer); E is older than A
+    assert _held_as_tip(refs, A, set()) and _held_as_tip(refs, A, edges)
+    assert not _held_as_tip(refs, B, set()) and _held_as_tip(refs, B, edges)
+    assert not _held_as_tip(refs, C, edges)  # its base is a delta itself
+    assert not _held_as_tip(refs, D, edges)  # two bases
+    assert not _held_as_tip(refs, E, edges)  # a delta of a newer version: a tag gone back
+    assert not _held_as_tip(refs, "f" * 40, edges)
 
 
 def test_sizes_and_limits_read_from_git_config(tmp_path: Path) -> None:

@@ -166,7 +166,8 @@ def candidates(
     deletes what it replaces; a Git LFS store or a bucket keeps the whole objects anyway,
     so a delta beside them would add bytes, and work to a push; there a new tip may lean on
     the remote's whole version instead, layout._tip)."""
-    tips = {v for v in pushed.tips if not _held_as_tip(published, v, lean=not rotate)}
+    leans = set() if rotate else pushed.edges  # where a tip may lean on its whole parent
+    tips = {v for v in pushed.tips if not _held_as_tip(published, v, leans)}
     fresh = [v for v in pushed.versions if not published.holds(v)]
     publish_list = list(dict.fromkeys([*fresh, *(v for v in pushed.tips if v in tips)]))
     cands = layout.Candidates(pushed.known, publish_list, tips, lean_tips=not rotate)
@@ -199,14 +200,16 @@ def candidates(
     return cands
 
 
-def _held_as_tip(published: Published, v: str, lean: bool) -> bool:
-    """Whether the remote holds `v` as a tip should be: whole, or (`lean`: where tips may
-    lean, layout._tip) as a delta of one version it holds whole."""
+def _held_as_tip(published: Published, v: str, edges: set[tuple[str, str]]) -> bool:
+    """Whether the remote holds `v` as a tip should be: whole, or as a push to a store where
+    tips may lean left it (layout._tip): a delta of one version before it, among `edges`
+    ((older, newer) pairs; none on other stores), that the remote holds whole. A version
+    held as a delta of a newer one (a tag on an old commit) is not."""
     best = published.best(v)
     if best is None or best.whole:
         return best is not None
     base = published.best(best.bases[0])
-    return lean and len(best.bases) == 1 and base is not None and base.whole
+    return len(best.bases) == 1 and (base.version, v) in edges and base.whole
 
 
 def _families(

@@ -8,6 +8,7 @@ Lazy import keeps `git mgit filter-process` start-up fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -167,11 +168,9 @@ def entry() -> NoReturn:
     here). Anything else, or a thread of its own still running, exits the usual way."""
     code = main()
     if _command(sys.argv[1:]) in WAITED_ON and _threads_done():
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except OSError:  # git closed our end: nothing more can reach it
-            pass
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # git closed its end, or we did
+                stream.flush()
         os._exit(code)
     sys.exit(code)
 

@@ -644,6 +644,12 @@ def test_a_small_step_on_a_blob_store_goes_out_as_the_delta_git_add_stored(
     assert {new, f"{new}.{old}"} <= names()  # a whole ref beside the delta, as on every store
     fresh = clone(lfs_server.repo_url(), tmp_path / "fresh2")
     checks_out_every_version(fresh, commits, versions)
+    for work in (fresh, root):  # the pusher's clone too: the remote holds it all
+        held = local_objects(work)
+        mgit("prune", "--keep", "now", cwd=work)
+        run_git("gc", "-q", "--prune=now", cwd=work)
+        assert local_objects(work) < held
+        checks_out_every_version(work, commits, versions)  # fetched again
 
 
 def test_a_checkpoints_frozen_layers_are_neither_encoded_nor_sent_again(

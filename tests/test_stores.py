@@ -590,6 +590,20 @@ def test_a_new_tip_on_a_blob_store_leaves_the_old_one_whole(lfs_server, tmp_path
     checks_out_every_version(fresh, commits, versions)
 
 
+def small_steps(n: int) -> list[bytes]:
+    """n versions of a 1 MB model, each moving four weights of every tensor a little."""
+    from safetensors.numpy import save
+
+    versions = [model_bytes(7, n=4000)]
+    for _ in range(n - 1):
+        step = {k: v.copy() for k, v in tensors_of(versions[-1]).items()}
+        for t in step.values():
+            if t.dtype.kind == "f":
+                t.flat[:4] += t.dtype.type(1e-3)
+        versions.append(save(step))
+    return versions
+
+
 def test_a_small_step_on_a_blob_store_goes_out_as_the_delta_git_add_stored(
     lfs_server, tmp_path: Path
 ) -> None:
@@ -597,15 +611,7 @@ def test_a_small_step_on_a_blob_store_goes_out_as_the_delta_git_add_stored(
     small delta of it goes out as that delta (the store and a pull grow by it, not by another
     whole version), and a fresh clone fetches both, under 90% of the file; the tip after
     it finds no whole base on the remote and goes out whole."""
-    from safetensors.numpy import save
-
-    versions = [model_bytes(7, n=4000)]
-    for _ in range(2):
-        step = {k: v.copy() for k, v in tensors_of(versions[-1]).items()}
-        for t in step.values():
-            if t.dtype.kind == "f":
-                t.flat[:4] += t.dtype.type(1e-3)  # every weight tensor moves a little
-        versions.append(save(step))
+    versions = small_steps(3)
     root = init_mgit_repo(tmp_path / "src")
     run_git("config", "mgit.store", "lfs", cwd=root)
     run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
@@ -650,6 +656,28 @@ def test_a_small_step_on_a_blob_store_goes_out_as_the_delta_git_add_stored(
         run_git("gc", "-q", "--prune=now", cwd=work)
         assert local_objects(work) < held
         checks_out_every_version(work, commits, versions)  # fetched again
+
+
+def test_a_small_step_goes_out_as_its_delta_to_a_bucket_too(s3_bucket, tmp_path: Path) -> None:
+    """The same rule on S3, which keeps every object too: the delta ref, and clones that
+    pull it or start from it, byte-exact."""
+    versions = small_steps(2)
+    remote = init_bare_remote(tmp_path / "remote.git")
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("config", "mgit.store", s3_bucket.url(), cwd=root)
+    run_git("remote", "add", "origin", remote.url, cwd=root)
+    commits = commit_versions(root, versions[:1])
+    run_git("push", "-q", "-u", "origin", "main", cwd=root)
+    other = clone(remote.url, tmp_path / "other")
+    commits += commit_versions(root, versions[1:])
+    run_git("push", "-q", "origin", "main", cwd=root)
+    old, new = (run_git("rev-parse", f"{c}:{MODEL}", cwd=root).stdout.strip() for c in commits)
+    listing = run_git("ls-remote", remote.url, "refs/mgit/v/*", cwd=root).stdout
+    assert {r.removeprefix("refs/mgit/v/") for r in listing.split()[1::2]} == {old, f"{new}.{old}"}
+    run_git("pull", "-q", cwd=other)
+    assert (other / MODEL).read_bytes() == versions[1] and status_porcelain(other) == ""
+    fresh = clone(remote.url, tmp_path / "fresh")
+    checks_out_every_version(fresh, commits, versions)
 
 
 def test_a_checkpoints_frozen_layers_are_neither_encoded_nor_sent_again(

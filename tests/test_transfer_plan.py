@@ -186,6 +186,8 @@ def test_a_remote_holds_a_tip_whole_or_where_tips_lean_as_one_delta_of_a_whole_p
     assert not _held_as_tip(refs, D, edges)  # two bases
     assert not _held_as_tip(refs, E, edges)  # a delta of a newer version: a tag gone back
     assert not _held_as_tip(refs, "f" * 40, edges)
+    orphan = published(f"{B}.{A}")  # a remote that lost the base's ref
+    assert not _held_as_tip(orphan, B, edges)
 
 
 def test_sizes_and_limits_read_from_git_config(tmp_path: Path) -> None:

@@ -208,8 +208,10 @@ def _held_as_tip(published: Published, v: str, edges: set[tuple[str, str]]) -> b
     best = published.best(v)
     if best is None or best.whole:
         return best is not None
+    if len(best.bases) != 1 or (best.bases[0], v) not in edges:
+        return False
     base = published.best(best.bases[0])
-    return len(best.bases) == 1 and (base.version, v) in edges and base.whole
+    return base is not None and base.whole
 
 
 def _families(

@@ -178,8 +178,8 @@ def entry() -> NoReturn:
 def _threads_done() -> bool:
     """Stop the codec pool's idle workers, if this process started them (after the jobs
     under way); then whether only daemon threads are left."""
-    workers = sys.modules.get("git_mgit.codecs.workers")
+    workers = sys.modules.get("git_mgit.codecs.workers")  # not imported for it
     if workers is not None:
-        workers.POOL.shutdown(wait=True, cancel_futures=True)
+        workers.stop()
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
     return all(t.daemon for t in others)

@@ -22,6 +22,12 @@ U = TypeVar("U")
 POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="mgit-codec")
 
 
+def stop() -> None:
+    """End the pool's threads once the jobs under way are done (queued ones are dropped):
+    a process about to exit then has no thread of the pool's left running."""
+    POOL.shutdown(wait=True, cancel_futures=True)
+
+
 def parallel_map(fn: Callable[[U], T], items: Iterable[U]) -> list[T]:
     """fn over items on the pool, on no more threads at once than git-mgit's cores."""
     return list(ordered((functools.partial(fn, x) for x in items), cores.available()))

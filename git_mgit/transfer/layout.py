@@ -180,7 +180,7 @@ def _forward(
         if v in later:
             continue
         if v in cands.tips:
-            choices[v] = _tip(cands, est, v, budget, max_levels)
+            choices[v] = _tip(cands, est, v, max_levels)
         elif form is not None and form.base is None:
             choices[v] = Choice(None, est.whole[v], 0)
     for v in cands.order():
@@ -200,19 +200,20 @@ def _forward(
     return choices
 
 
-def _tip(cands: Candidates, est: Estimates, v: str, budget: float, max_levels: int) -> Choice:
+def _tip(cands: Candidates, est: Estimates, v: str, max_levels: int) -> Choice:
     """A tip is published whole, so a fresh clone fetches one version. On a store that keeps
     what a push replaces, the remote's previous tip stays whole there anyway: a new tip that
     `git add` stored as deltas of it goes out as stored (nothing encoded; the store, the push
     and a pull grow by the delta, not by another whole version) where the delta saves 10% and
-    a fresh clone of the tip, base included, fetches at most REACH of its file. The tip after
-    it finds no whole base on the remote, and goes out whole."""
+    a fresh clone of the tip, base included, fetches at most REACH of its file (within any
+    mgit.fetchBudget, which is at least 1). The tip after it finds no whole base on the
+    remote, and goes out whole."""
     whole = Choice(None, est.whole[v], 0)
     form = cands.stored.get(v)
     if not cands.lean_tips or form is None or form.base is None or form.base in cands.publish:
         return whole  # leaning on nothing, or on a version this push publishes too
     option = Choice(form.base, form.own + est.whole[form.base], 1, stored=True)
-    reach = min(budget, REACH) * est.raw[v]
+    reach = REACH * est.raw[v]
     if max_levels >= 1 and form.own <= SAVING * est.whole[v] and option.cost <= reach:
         return option
     return whole

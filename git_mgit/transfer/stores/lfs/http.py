@@ -39,7 +39,7 @@ from git_mgit.transfer.stores.lfs.proxylogins import ProxyLogins
 from git_mgit.transfer.stores.lfs.retry import Transient, retry_after, transient
 from git_mgit.transfer.stores.lfs.tls import client_context, tls_failure
 from git_mgit.transfer.stores.lfs.trace import trace
-from git_mgit.transfer.stores.lfs.tunnel import ProxyRefused, TunnelError
+from git_mgit.transfer.stores.lfs.tunnel import ProxyRefused, TunnelError, proxy_tls_failure
 
 T = TypeVar("T")
 
@@ -169,6 +169,8 @@ class Http:
         route = self._route(url)
         assert route is not None  # prompts allowed: a route or an error
         proxy = route.proxy
+        # the proxy takes the request itself (its 407 and TLS are its own), or tunnels it
+        at_proxy = proxy is not None and proxy.takes_requests_for(url.partition(":")[0])
         if _has_auth(headers) and not may_send_credentials(url, proxy and proxy.host):
             raise BlobStoreError(
                 f"{redact(url)}: refusing to send credentials over plain http to a host, or "
@@ -177,8 +179,8 @@ class Http:
         try:
             response = self._pool.request(method, url, body, headers, route)
         except ssl.SSLError as exc:
-            if proxy is not None and proxy.takes_requests_for(url.partition(":")[0]):
-                raise tls_failure(f"proxy {proxy.shown}", exc, proxy.tls) from None
+            if at_proxy:
+                raise proxy_tls_failure(proxy, exc) from None
             raise tls_failure(redact(url), exc, route.tls) from None
         except (ValueError, InvalidURL):  # from an answer or redirect: no retry mends it
             raise _unsendable(url) from None
@@ -192,11 +194,7 @@ class Http:
             through = f" through proxy {proxy.shown}" if proxy else ""
             raise Transient(f"{describe(exc)} talking to {redact(url)}{through}") from None
         trace(f"{method} {redact(url)} -> {response.status}")
-        if (
-            response.status == 407
-            and proxy is not None
-            and proxy.takes_requests_for(url.partition(":")[0])
-        ):
+        if response.status == 407 and at_proxy:
             _discard(response)
             self._logins.refused(proxy)
             raise _proxy_refused(

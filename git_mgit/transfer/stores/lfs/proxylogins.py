@@ -46,26 +46,37 @@ class ProxyLogins:
 
     def worked(self, proxy: Proxy | None) -> None:
         """The proxy took a request with this password: approve it, once."""
-        if proxy is None or proxy.password is None or not self._filled:  # nothing filled
+        if not self._may_be_filled(proxy):
             return
+        assert proxy is not None
         with self._lock:
-            found = self._filled.get(_as_set(proxy))
-            if found is None or found[0] != proxy or found[0] in self._approved:
+            credential = self._credential(proxy)
+            if credential is None or proxy in self._approved:
                 return
-            self._approved.add(found[0])
-        self._helper.approve(found[1])
+            self._approved.add(proxy)
+        self._helper.approve(credential)
 
     def refused(self, proxy: Proxy | None) -> None:
         """The proxy refused this password: reject it and forget it."""
-        if proxy is None or proxy.password is None or not self._filled:  # nothing filled
+        if not self._may_be_filled(proxy):
             return
+        assert proxy is not None
         with self._lock:
-            found = self._filled.get(_as_set(proxy))
-            if found is None or found[0] != proxy:
+            credential = self._credential(proxy)
+            if credential is None:
                 return
             del self._filled[_as_set(proxy)]
-            self._approved.discard(found[0])
-        self._helper.reject(found[1])
+            self._approved.discard(proxy)
+        self._helper.reject(credential)
+
+    def _may_be_filled(self, proxy: Proxy | None) -> bool:
+        """Cheap, on every request: whether `proxy` may be one this filled a password in."""
+        return proxy is not None and proxy.password is not None and bool(self._filled)
+
+    def _credential(self, proxy: Proxy) -> Credential | None:
+        """What `proxy`'s password was filled from, if this filled it (under the lock)."""
+        found = self._filled.get(_as_set(proxy))
+        return found[1] if found is not None and found[0] == proxy else None
 
 
 def _as_set(proxy: Proxy) -> Proxy:

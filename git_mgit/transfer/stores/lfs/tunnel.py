@@ -24,6 +24,7 @@ import ssl
 import struct
 from collections.abc import Callable
 
+from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.httpconfig import Proxy, Tls
 from git_mgit.transfer.stores.lfs.tls import tls_failure
 
@@ -59,6 +60,11 @@ class ProxyRefused(TunnelError):
         self.login = login
 
 
+def proxy_tls_failure(proxy: Proxy, exc: ssl.SSLError) -> BlobStoreError:
+    """One line for a failed TLS exchange with an https:// proxy, naming its own settings."""
+    return tls_failure(f"proxy {proxy.shown}", exc, proxy.tls)
+
+
 def reach(proxy: Proxy, timeout: float, contexts: Callable[[Tls], ssl.SSLContext]) -> socket.socket:
     """A connection to the proxy itself: TLS for an https:// proxy (checked with
     `contexts(proxy.tls)`; BlobStoreError naming the proxy's TLS settings when that fails)."""
@@ -69,7 +75,7 @@ def reach(proxy: Proxy, timeout: float, contexts: Callable[[Tls], ssl.SSLContext
         return contexts(proxy.tls).wrap_socket(sock, server_hostname=proxy.host)
     except ssl.SSLError as exc:
         sock.close()
-        raise tls_failure(f"proxy {proxy.shown}", exc, proxy.tls) from None
+        raise proxy_tls_failure(proxy, exc) from None
     except BaseException:
         sock.close()
         raise
@@ -94,7 +100,7 @@ def connect(
             _socks4(sock, proxy, host, port)
     except ssl.SSLError as exc:  # TLS 1.3: an https proxy refuses our certificate only now
         sock.close()
-        raise tls_failure(f"proxy {proxy.shown}", exc, proxy.tls) from None
+        raise proxy_tls_failure(proxy, exc) from None
     except BaseException:
         sock.close()
         raise

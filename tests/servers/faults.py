@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 from urllib.parse import urlsplit
 
-from tests.gitsandbox import ServedOnThread
+from tests.gitsandbox import ServedOnThread, without_delay
 
 __all__ = ["FaultProxy", "Seen"]
 
@@ -323,6 +323,7 @@ class _Handler(socketserver.StreamRequestHandler):
 
     server: _Server
     timeout = _TIMEOUT_S
+    disable_nagle_algorithm = True
 
     def handle(self) -> None:
         self.server.opened(self.connection)
@@ -351,6 +352,7 @@ class _Handler(socketserver.StreamRequestHandler):
             self._inject(fault, method, keep)
             return keep
         with socket.create_connection(self.server.upstream, timeout=_TIMEOUT_S) as up:
+            without_delay(up)
             upstream = up.makefile("rb")
             up.sendall(head.raw())
             budget = fault.after if fault is not None and fault.kind == "drop_request" else None

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from tests.gitsandbox import ServedOnThread
+from tests.gitsandbox import ServedOnThread, without_delay
 from tests.servers.tls import Certificates
 
 _COPY = 1 << 16
@@ -106,6 +106,7 @@ class ForwardProxy(ServedOnThread):
 class _Handler(socketserver.StreamRequestHandler):
     server: socketserver.ThreadingTCPServer
     rbufsize = 0  # nothing read ahead of the request's head: the relay takes the rest
+    disable_nagle_algorithm = True
 
     def setup(self) -> None:
         context = self.server.proxy.context  # type: ignore[attr-defined]
@@ -144,11 +145,13 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             if method == "CONNECT":
                 host, _, port = target.rpartition(":")
-                upstream = socket.create_connection((host.strip("[]"), int(port)))
+                upstream = without_delay(socket.create_connection((host.strip("[]"), int(port))))
                 self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
                 parts = urlsplit(target)
-                upstream = socket.create_connection((parts.hostname, parts.port or 80))
+                upstream = without_delay(
+                    socket.create_connection((parts.hostname, parts.port or 80))
+                )
                 path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 kept = [line for line in lines if _name(line) not in _HOP_BY_HOP]
                 head = f"{method} {path} {version}\r\n".encode("latin-1")
@@ -198,6 +201,7 @@ class _SocksHandler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         proxy: SocksProxy = self.server.proxy  # type: ignore[attr-defined]
+        without_delay(self.request)
         try:
             version = _exactly(self.request, 1)
             if version == b"\x05":
@@ -321,7 +325,9 @@ def _received(sock: socket.socket) -> bytes | None:
 
 def _reach(proxy: SocksProxy, host: str, port: int) -> socket.socket | None:
     with contextlib.suppress(OSError):
-        return socket.create_connection((proxy.names.get(host, host), port), timeout=10)
+        return without_delay(
+            socket.create_connection((proxy.names.get(host, host), port), timeout=10)
+        )
     return None
 
 

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.lfs import tunnel
 from git_mgit.transfer.stores.lfs.auth import Access
 from git_mgit.transfer.stores.lfs.creds import GitCredentials
 from git_mgit.transfer.stores.lfs.http import Http, Timeouts
-from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Tls
+from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Proxy, Tls
 from git_mgit.transfer.stores.lfs.retry import Transient
 from git_mgit.transfer.stores.lfs.tls import client_context
 from tests.gitsandbox import run_git
@@ -133,6 +134,17 @@ def test_an_lfs_push_and_clone_go_through_an_authenticating_http_proxy(
     assert any("/info/lfs/objects/batch" in t for t in taken)
     assert any("/objects/storage/" in t for t in taken)
     assert not [t for _, t in proxy.refused if "/info/lfs" in t or "/objects/" in t]
+
+
+def test_a_connection_to_a_proxy_sends_without_waiting_for_its_acks() -> None:
+    """Nagle's algorithm is off on the connection to a proxy, as http.client turns it off on
+    the connections it makes itself: a request's body written after its head would wait
+    for the proxy's delayed ACK (a push through the test proxy took 0.50 s with it on,
+    0.37 s with it off)."""
+    with ForwardProxy() as proxy:
+        route = Proxy("http", "127.0.0.1", proxy.port, shown=proxy.url)
+        with tunnel.reach(route, 5.0, client_context) as sock:
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
 
 def test_https_goes_through_the_proxys_connect_tunnel(

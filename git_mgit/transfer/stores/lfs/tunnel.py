@@ -67,8 +67,11 @@ def proxy_tls_failure(proxy: Proxy, exc: ssl.SSLError) -> BlobStoreError:
 
 def reach(proxy: Proxy, timeout: float, contexts: Callable[[Tls], ssl.SSLContext]) -> socket.socket:
     """A connection to the proxy itself: TLS for an https:// proxy (checked with
-    `contexts(proxy.tls)`; BlobStoreError naming the proxy's TLS settings when that fails)."""
+    `contexts(proxy.tls)`; BlobStoreError naming the proxy's TLS settings when that fails).
+    Nagle's algorithm is off, as http.client turns it off on the connections it makes: a
+    request's body sent after its head would otherwise wait for the proxy's delayed ACK."""
     sock = socket.create_connection((proxy.host, proxy.port), timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if proxy.scheme != "https":
         return sock
     try:

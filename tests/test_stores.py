@@ -825,6 +825,38 @@ def test_the_pointer_refs_push_lists_while_objects_upload_and_sends_after(
     assert (fresh / MODEL).read_bytes() == versions[-1]
 
 
+def test_the_pointer_refs_push_lists_while_the_store_is_still_asked(
+    lfs_server, tmp_path: Path
+) -> None:
+    """A push's objects are hashed as they are encoded, so the version refs' push begins
+    once they are all written, not once the uploads have taken the last of them: with the
+    store's first batch request held a second (429, Retry-After: 1), git has listed the
+    remote for the refs' push before that request is answered, and sends the refs after
+    the last upload."""
+    from git_mgit.transfer.push import push_versions
+    from tests.servers.faults import FaultProxy
+
+    versions = series(3, size=4000)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions)
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    with FaultProxy(lfs_server.url) as proxy:
+        lfs_server.store_credentials(tmp_path / "creds", also=(proxy.url,))
+        run_git("config", "lfs.url", f"{proxy.url}/org/repo.git/info/lfs", cwd=root)
+        proxy.fail("POST", "/objects/batch", status=429, headers={"Retry-After": "1"})
+        report = push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
+        assert proxy.armed == 0  # the batch request was held
+    hits = lfs_server.requests
+    asked = [i for i, h in enumerate(hits) if h.path.endswith("/objects/batch") and h.status == 200]
+    listings = [i for i, h in enumerate(hits) if h.path.endswith("/info/refs") and h.status == 200]
+    uploads = [i for i, h in enumerate(hits) if "/objects/storage/" in h.path and h.method == "PUT"]
+    received = [i for i, h in enumerate(hits) if h.path.endswith("/git-receive-pack")]
+    assert len(uploads) == report.uploaded > 1
+    assert len(listings) == 2 and listings[-1] < asked[0]
+    assert max(uploads) < min(received)
+
+
 def test_a_push_whose_refs_cannot_be_set_here_stops_its_gated_push(
     lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

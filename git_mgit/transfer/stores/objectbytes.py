@@ -101,16 +101,21 @@ class ObjectBytes:
 
     def pointer(self, oid: str) -> Pointer:
         """The object's pointer: hashed when it was written here, else now (and kept)."""
+        known = self.known(oid)
+        if known is not None:
+            return known
+        p = Pointer.of(self.bytes(oid, keep=True))
+        self.store.cache.set_sha256([(oid, bytes.fromhex(p.oid), p.size)])
+        return p
+
+    def known(self, oid: str) -> Pointer | None:
+        """The object's pointer where it needs no hashing: held, named, or hashed before."""
         with self._room:
             pointer = self._known.get(oid)
         if pointer is not None:
             return pointer
-        known = self.store.cache.sha256(oid)
-        if known is not None:
-            return Pointer(known[0].hex(), known[1])
-        p = Pointer.of(self.bytes(oid, keep=True))
-        self.store.cache.set_sha256([(oid, bytes.fromhex(p.oid), p.size)])
-        return p
+        cached = self.store.cache.sha256(oid)
+        return None if cached is None else Pointer(cached[0].hex(), cached[1])
 
     def forget(self, oids: Iterable[str]) -> None:
         """Let the pages of these objects go, where still kept since they were hashed, and

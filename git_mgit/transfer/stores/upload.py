@@ -66,6 +66,7 @@ class Upload:
         self._cancelled = False
         self._error: BaseException | None = None
         self._all_hashed = threading.Event()  # set once hand_over()'s objects are hashed
+        self._handed: list[str] = []  # the oids hand_over() named
         self._thread = threading.Thread(target=self._run, name="mgit-upload", daemon=True)
         self._thread.start()
 
@@ -100,6 +101,7 @@ class Upload:
     def hand_over(self, objects: Objects) -> None:
         """The last objects to send (those already handed over are not sent twice)."""
         objects = dict(objects)
+        self._handed = list(objects)
         self._queue.put(list(objects.items()))
         self._queue.put(None)
         with self._lock:
@@ -108,7 +110,14 @@ class Upload:
 
     def hashed(self) -> None:
         """Wait until every object handed over has its pointer (self.pointers); raises what
-        failed, as wait() does (the progress ended)."""
+        failed, as wait() does (the progress ended). Where none needs hashing (a push's
+        objects were hashed as they were encoded) that is now, not once the uploads took
+        the last of them: the pointer refs' push connects while they are sent."""
+        pending = [oid for oid in self._handed if oid not in self.pointers]
+        known = [(oid, p) for oid in pending if (p := self.read.known(oid)) is not None]
+        if len(known) == len(pending) and self._error is None:
+            self.pointers.update(known)
+            return
         self._all_hashed.wait()
         if self._error is not None:
             self.wait()

@@ -68,6 +68,23 @@ def test_upload_then_download_is_byte_exact_under_the_documented_keys(s3_bucket:
     assert store.describe() == f"s3://{s3_bucket.name}/models at {s3_bucket.endpoint}"
 
 
+def test_a_bucket_made_ready_is_empty_and_takes_objects(
+    seaweed: SeaweedServer, s3_bucket: S3Bucket
+) -> None:
+    """The bench's buckets are made ready (their first volume grown before anything is
+    timed): such a bucket lists nothing, as a new one, and takes and gives back objects.
+    (`s3_bucket` puts the server's credentials in the environment.)"""
+    ready = seaweed.new_bucket(ready=True)
+    raw = obstore.store.S3Store(
+        ready.name, endpoint=ready.endpoint, region="us-east-1", client_options={"allow_http": True}
+    )
+    assert [m for batch in obstore.list(raw) for m in batch] == []
+    objects = _objects(1000, 2 * MiB)
+    store = _store(ready.url())
+    assert store.upload(list(objects), objects.__getitem__) == len(objects)
+    assert dict(store.download(list(objects))) == objects
+
+
 def test_the_store_goes_through_the_proxy_the_environment_names(
     s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
 ) -> None:

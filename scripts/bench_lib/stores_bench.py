@@ -158,7 +158,7 @@ def new_remote(srv: Servers, tool: str, name: str) -> Remote:
         return Remote(url, git_dir, store, lambda: size_of(folder), repo)
     if tool == REFS:
         return Remote(url, git_dir, "refs", lambda: 0)
-    bucket = srv.s3.new_bucket()
+    bucket = srv.s3.new_bucket(ready=True)  # as an S3 service's: no volume to grow yet
     client = store_clients.s3_client(
         srv.s3.endpoint, bucket.name, srv.s3.access_key, srv.s3.secret_key
     )

@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import secrets
+import socket
 import ssl
 import subprocess
 import sys
@@ -1023,6 +1024,38 @@ def test_transfers_survive_errors_and_dropped_connections(
     assert dict(store.download(list(objects))) == objects
     assert proxied.armed == 0
     assert len(lfs_server.uploads()) >= 3  # a dropped upload may have reached the server
+
+
+def test_the_test_server_keeps_a_stored_object_through_a_cut_upload_of_it(
+    lfs_server: LfsServer, lfs_repo: Path
+) -> None:
+    """tests/servers/lfs.py stores an upload whole or not at all, as object stores do: a PUT
+    of a stored object cut short leaves the object as it was. (giftless writes in place: a
+    PUT the fault proxy cut, handled only after the client's retry had stored the object,
+    truncated it, and the retry's verify failed.)"""
+    data = os.urandom(MiB)
+    pointer = Pointer.of(data)
+    assert store_for(lfs_repo).upload([pointer], lambda p: Pieces([memoryview(data)])) == 1
+    host, port = lfs_server.url.removeprefix("http://").split(":")
+    path = f"/org/repo.git/info/lfs/objects/storage/{pointer.oid}"
+    login = base64.b64encode(f"{lfs_server.username}:{lfs_server.password}".encode()).decode()
+    head = (
+        f"PUT {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Basic {login}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port))) as cut:
+        cut.sendall(head.encode() + data[: len(data) // 4])
+        cut.shutdown(socket.SHUT_WR)  # the rest never comes
+        cut.recv(1)  # the server's answer to the short body, or its close
+    for _ in range(500):
+        if any(
+            h.method == "PUT" and h.path == path and h.status >= 400 for h in lfs_server.requests
+        ):
+            break
+        time.sleep(0.01)
+    else:
+        raise AssertionError("the server never answered the cut upload")
+    assert lfs_server.stored(pointer.oid).read_bytes() == data
 
 
 def test_retries_run_out_with_one_line(lfs_repo: Path, proxied: FaultProxy) -> None:

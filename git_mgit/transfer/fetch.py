@@ -78,9 +78,8 @@ def fetch_versions(
     out = Outcome(missing=missing_versions(store, wanted))
     if not out.missing:
         return out  # no remote asked, no git run
-    for name in [remote] if remote else candidates(store.repo):
-        if not out.missing:
-            break
+    names = iter([remote] if remote else candidates(store.repo))
+    while out.missing and (name := next(names, None)) is not None:
         try:
             out.refs += _fetch_from(store, name, out.missing, arrived)
         except RemoteUnreachable as exc:

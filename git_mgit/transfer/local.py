@@ -29,10 +29,9 @@ from git_mgit.store.reader import ObjectReader
 
 
 def remote_url(repo: Repo, remote: str) -> str:
-    """The URL git uses for `remote`: a remote's name resolved, a path or URL as it is."""
-    if remote in repo.git("remote").split():
-        return repo.git("remote", "get-url", remote)
-    return remote
+    """The URL git uses for `remote`: a remote's name resolved, a path or URL as it is
+    (git knows no remote by that name)."""
+    return repo.git("remote", "get-url", remote, check=False) or remote
 
 
 def local_git_dir(repo: Repo, remote: str) -> Path | None:

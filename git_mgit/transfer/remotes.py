@@ -24,7 +24,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -59,10 +59,13 @@ def default_remote(repo: Repo) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
-def candidates(repo: Repo) -> list[str]:
-    """Remotes to try in order: the default one first, then the others."""
+def candidates(repo: Repo) -> Iterator[str]:
+    """Remotes to try in order: the default one first, then the others, listed only if the
+    first did not do."""
     first = default_remote(repo)
-    return ([first] if first else []) + [r for r in remotes(repo) if r != first]
+    if first:
+        yield first
+    yield from (r for r in remotes(repo) if r != first)
 
 
 # What a push lists beside the version refs: parts of an unfinished push, the branches and

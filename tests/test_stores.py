@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -777,6 +778,22 @@ def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
     assert report.uploaded == len(set(lfs_server.uploads())) == len(lfs_server.uploads())
 
 
+def _to_lfs(lfs_server, tmp_path: Path) -> tuple[Path, list[str], list[bytes]]:
+    """A repository of three 1 MB versions, committed, pushing to the LFS server's store:
+    (its root, the commits, the versions)."""
+    versions = series(3, size=4000)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions)
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    return root, commits, versions
+
+
+def _at(hits: list, wanted: Callable[[Any], bool]) -> list[int]:
+    """Where in the server's request log the requests `wanted` picks are."""
+    return [i for i, h in enumerate(hits) if wanted(h)]
+
+
 def test_the_pointer_refs_push_lists_while_objects_upload_and_sends_after(
     lfs_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -787,11 +804,7 @@ def test_the_pointer_refs_push_lists_while_objects_upload_and_sends_after(
     from git_mgit.transfer.push import push_versions
     from git_mgit.transfer.stores import upload
 
-    versions = series(3, size=4000)
-    root = init_mgit_repo(tmp_path / "src")
-    commits = commit_versions(root, versions)
-    run_git("config", "mgit.store", "lfs", cwd=root)
-    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    root, commits, versions = _to_lfs(lfs_server, tmp_path)
 
     def listings() -> int:
         return sum(h.path.endswith("/info/refs") and h.status == 200 for h in lfs_server.requests)
@@ -817,8 +830,8 @@ def test_the_pointer_refs_push_lists_while_objects_upload_and_sends_after(
     assert report.uploaded > 1
     assert seen["during"] == seen["before"] + 1, "the refs' push did not list the remote early"
     hits = lfs_server.requests
-    uploads = [i for i, h in enumerate(hits) if "/objects/storage/" in h.path]
-    received = [i for i, h in enumerate(hits) if h.path.endswith("/git-receive-pack")]
+    uploads = _at(hits, lambda h: "/objects/storage/" in h.path)
+    received = _at(hits, lambda h: h.path.endswith("/git-receive-pack"))
     assert uploads and received and max(uploads) < min(received)
     run_git("push", "-q", "origin", "main", cwd=root)
     fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
@@ -836,11 +849,7 @@ def test_the_pointer_refs_push_lists_while_the_store_is_still_asked(
     from git_mgit.transfer.push import push_versions
     from tests.servers.faults import FaultProxy
 
-    versions = series(3, size=4000)
-    root = init_mgit_repo(tmp_path / "src")
-    commits = commit_versions(root, versions)
-    run_git("config", "mgit.store", "lfs", cwd=root)
-    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    root, commits, _ = _to_lfs(lfs_server, tmp_path)
     with FaultProxy(lfs_server.url) as proxy:
         lfs_server.store_credentials(tmp_path / "creds", also=(proxy.url,))
         run_git("config", "lfs.url", f"{proxy.url}/org/repo.git/info/lfs", cwd=root)
@@ -848,10 +857,10 @@ def test_the_pointer_refs_push_lists_while_the_store_is_still_asked(
         report = push_versions(find_repo(root), "origin", [commits[-1]], [], {"refs/heads/main"})
         assert proxy.armed == 0  # the batch request was held
     hits = lfs_server.requests
-    asked = [i for i, h in enumerate(hits) if h.path.endswith("/objects/batch") and h.status == 200]
-    listings = [i for i, h in enumerate(hits) if h.path.endswith("/info/refs") and h.status == 200]
-    uploads = [i for i, h in enumerate(hits) if "/objects/storage/" in h.path and h.method == "PUT"]
-    received = [i for i, h in enumerate(hits) if h.path.endswith("/git-receive-pack")]
+    asked = _at(hits, lambda h: h.path.endswith("/objects/batch") and h.status == 200)
+    listings = _at(hits, lambda h: h.path.endswith("/info/refs") and h.status == 200)
+    uploads = _at(hits, lambda h: "/objects/storage/" in h.path and h.method == "PUT")
+    received = _at(hits, lambda h: h.path.endswith("/git-receive-pack"))
     assert len(uploads) == report.uploaded > 1
     assert len(listings) == 2 and listings[-1] < asked[0]
     assert max(uploads) < min(received)

@@ -80,12 +80,9 @@ def chunk_limit(max_object_size: int) -> int:
 
 
 def load(repo: Repo) -> Settings:
-    """One `git config` call; bad values are a one-line error naming the key."""
-    out = repo.git("config", "--get-regexp", r"^mgit\.", check=False)
-    values = {}
-    for line in out.splitlines():
-        key, _, value = line.partition(" ")
-        values[key.lower()] = value
+    """From the process's one read of git config; bad values are a one-line error naming
+    the key."""
+    values = {k: v for k, v in repo.config_list() if k.startswith("mgit.")}
 
     def read(key: str, parse: Callable[[str], T], default: object) -> T:
         try:

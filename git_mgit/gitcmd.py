@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -91,6 +92,49 @@ def gist(stderr: str, returncode: int) -> str:
     )
 
 
+def canonical(key: str) -> str:
+    """A key as `git config --list` prints it: section and name lowercased, subsection kept."""
+    section, dot, rest = key.partition(".")
+    if not dot:
+        return key.lower()
+    sub, dot, name = rest.rpartition(".")
+    return f"{section.lower()}.{sub}.{name.lower()}" if dot else f"{section.lower()}.{name.lower()}"
+
+
+def parse_config_list(out: bytes) -> list[tuple[str, str]]:
+    """`git config -z --list` output as (key, value) pairs, in order."""
+    pairs = []
+    for entry in out.split(b"\0"):
+        if entry:
+            key, _, value = entry.decode("utf-8", "surrogateescape").partition("\n")
+            pairs.append((key, value))
+    return pairs
+
+
+class _ConfigSnapshot:
+    """Everything `git config` says, read once: a push asked git for settings in seven
+    processes. Forgotten when this process runs `git config` through the same Repo (a
+    write, as a clone's setup makes)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read: tuple[list[tuple[str, str]], dict[str, str]] | None = None
+
+    def read(self, repo: Repo) -> tuple[list[tuple[str, str]], dict[str, str]]:
+        """(every pair in order, each key's last value)."""
+        with self._lock:  # the store's opening thread reads it beside the push's
+            if self._read is None:
+                cwd = repo.worktree or repo.git_dir
+                # as `git config --get` with check=False was read: unreadable is unset
+                pairs = parse_config_list(git_bytes("config", "-z", "--list", cwd=cwd, check=False))
+                self._read = pairs, dict(pairs)
+            return self._read
+
+    def forget(self) -> None:
+        with self._lock:
+            self._read = None
+
+
 @dataclass(frozen=True)
 class Repo:
     """Paths of one git repository, as git itself resolves them."""
@@ -98,6 +142,9 @@ class Repo:
     worktree: Path | None
     git_dir: Path
     common_dir: Path
+    _config: _ConfigSnapshot = field(
+        default_factory=_ConfigSnapshot, compare=False, repr=False, init=False
+    )
 
     @cached_property
     def objects_dir(self) -> Path:
@@ -112,10 +159,24 @@ class Repo:
         return path
 
     def git(self, *args: str, **kwargs) -> str:
-        return git(*args, cwd=self.worktree or self.git_dir, **kwargs)
+        return git(*args, cwd=self._cwd(args), **kwargs)
 
     def git_bytes(self, *args: str, **kwargs) -> bytes:
-        return git_bytes(*args, cwd=self.worktree or self.git_dir, **kwargs)
+        return git_bytes(*args, cwd=self._cwd(args), **kwargs)
+
+    def _cwd(self, args: tuple[str, ...]) -> Path:
+        if args[:1] == ("config",) or (args[:1] == ("remote",) and args[1:2] != ("get-url",)):
+            self._config.forget()  # most likely a write: the next read sees it
+        return self.worktree or self.git_dir
+
+    def config(self, key: str) -> str | None:
+        """`git config --get key` (its last value; None where unset), from one snapshot of
+        git's whole configuration per process."""
+        return self._config.read(self)[1].get(canonical(key))
+
+    def config_list(self) -> list[tuple[str, str]]:
+        """Every (key, value) `git config -z --list` gives, in order (keys canonical)."""
+        return self._config.read(self)[0]
 
     def existing(self, oids: Iterable[str]) -> set[str]:
         """Which of `oids` this repository has (one `git cat-file --batch-check`)."""

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from git_mgit.gitcmd import parse_config_list
 from git_mgit.transfer.stores.blobs import BlobStoreError
-from git_mgit.transfer.stores.lfs.gitconfig import parse_list
 from git_mgit.transfer.stores.lfs.httpconfig import HttpConfig, Proxy, Route, Tls
 from tests.gitsandbox import init_repo, run_git
 
@@ -72,7 +72,7 @@ def _config(tmp_path: Path, entries: list[tuple[str, str]]) -> Path:
 @pytest.mark.parametrize("url", _URLS)
 def test_each_url_gets_the_entry_git_itself_picks(tmp_path: Path, url: str) -> None:
     repo = _config(tmp_path, _ENTRIES)
-    listed = parse_list(run_git("config", "-z", "--list", cwd=repo, text=False).stdout)
+    listed = parse_config_list(run_git("config", "-z", "--list", cwd=repo, text=False).stdout)
     git = run_git("config", "--get-urlmatch", "http.sslverify", url, cwd=repo, check=False)
     ours = HttpConfig(listed, env={})._last(url).get("sslverify")
     assert ours == (git.stdout.strip() or None)

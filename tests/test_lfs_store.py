@@ -132,7 +132,7 @@ def test_configured_urls_win_in_git_lfs_order(workrepo: Path) -> None:
     repo = find_repo(workrepo)
 
     def config(key: str, value: str) -> None:
-        run_git("config", key, value, cwd=workrepo)
+        repo.git("config", key, value)  # through the Repo: its config snapshot is read again
 
     config("remote.origin.url", "https://example.org/team/model")
     config("remote.origin.pushurl", "https://push.example.org/team/model")
@@ -168,7 +168,7 @@ def test_lfsconfig_is_read_from_the_tree_and_git_config_wins(workrepo: Path) -> 
     (workrepo / ".lfsconfig").unlink()  # still in the index and in HEAD
     assert endpoint_for(repo, "origin").url == "https://lfs.example.org/committed"  # type: ignore[union-attr]
 
-    run_git("config", "lfs.url", "https://lfs.example.org/local", cwd=workrepo)
+    repo.git("config", "lfs.url", "https://lfs.example.org/local")
     found = endpoint_for(repo, "origin")
     assert found is not None
     assert (found.url, found.source) == ("https://lfs.example.org/local", "lfs.url in git config")
@@ -635,7 +635,7 @@ def test_a_push_opens_its_lfs_store_while_the_remote_lists(
         assert all(r.status == 200 for r in proxy.requests)  # none refused: no 401 first
         assert log.read_text() == "get\nstore\n"  # approved, never filled twice
 
-        auth.forget()  # a new process, with no helper: a person would be asked
+        auth.forget()  # a new process (a Repo of its own), with no helper: a person is asked
         run_git("config", "--global", "--unset", "credential.helper", cwd=workrepo)
         asked = tmp_path / "askpass.log"
         askpass = tmp_path / "askpass"
@@ -646,7 +646,7 @@ def test_a_push_opens_its_lfs_store_while_the_remote_lists(
         )
         askpass.chmod(0o700)
         monkeypatch.setenv("GIT_ASKPASS", str(askpass))
-        store = Opening(repo, "origin", "upload").take(choice.url)
+        store = Opening(find_repo(workrepo), "origin", "upload").take(choice.url)
         assert store is not None and not asked.exists()  # not prompted ahead
         assert store.missing(list(objects)) == []
         store.close()

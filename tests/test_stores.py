@@ -27,7 +27,8 @@ import pytest
 
 from git_mgit.gitcmd import find_repo, remote_file_name
 from git_mgit.modelfile import manifest as mf
-from git_mgit.transfer.stores.choice import choose
+from git_mgit.transfer.stores.choice import Choice
+from git_mgit.transfer.stores.choice import choose as choose_store
 from tests.gitsandbox import clone, init_bare_remote, run_git
 from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
 from tests.servers.hub import enforce_hub_rules
@@ -105,7 +106,6 @@ def test_the_hubs_rules_refuse_version_refs_and_accept_lfs(lfs_server, tmp_path:
 
 def test_which_store_a_remote_uses_and_why(tmp_path: Path) -> None:
     root = init_mgit_repo(tmp_path / "src")
-    repo = find_repo(root)
     bare = init_bare_remote(tmp_path / "remote.git")
     run_git("remote", "add", "origin", bare.url, cwd=root)
     for name, url in (
@@ -114,23 +114,26 @@ def test_which_store_a_remote_uses_and_why(tmp_path: Path) -> None:
         ("corp", "https://git.example.invalid/org/model.git"),
     ):
         run_git("remote", "add", name, url, cwd=root)
-    assert (choose(repo, "origin").kind, choose(repo, "corp").kind) == ("refs", "refs")
-    assert choose(repo, "hub").kind == choose(repo, "gh").kind == "lfs"
-    assert "huggingface.co runs Git LFS" in choose(repo, "hub").reason
+
+    def choose(remote: str, recorded: str | None = None) -> Choice:
+        """As a new git-mgit process chooses: it reads git config once."""
+        return choose_store(find_repo(root), remote, recorded)
+
+    assert (choose("origin").kind, choose("corp").kind) == ("refs", "refs")
+    assert choose("hub").kind == choose("gh").kind == "lfs"
+    assert "huggingface.co runs Git LFS" in choose("hub").reason
     run_git("config", "remote.corp.lfsurl", "https://lfs.example.invalid/org/model", cwd=root)
-    assert choose(repo, "corp").kind == "lfs" and "configured" in choose(repo, "corp").reason
+    assert choose("corp").kind == "lfs" and "configured" in choose("corp").reason
     run_git("config", "mgit.store", "s3://team-models/base", cwd=root)
     run_git("config", "mgit.s3Endpoint", "http://127.0.0.1:9", cwd=root)
-    s3 = choose(repo, "hub")
+    s3 = choose("hub")
     assert s3.kind == "s3" and s3.url == "s3://team-models/base?endpoint=http://127.0.0.1:9"
     run_git("config", "remote.hub.mgitStore", "lfs", cwd=root)
-    assert (
-        choose(repo, "hub").kind == "lfs" and "remote.hub.mgitStore" in choose(repo, "hub").reason
-    )
-    assert choose(repo, "origin", recorded="lfs").kind == "s3"  # configured beats recorded
+    assert choose("hub").kind == "lfs" and "remote.hub.mgitStore" in choose("hub").reason
+    assert choose("origin", recorded="lfs").kind == "s3"  # configured beats recorded
     run_git("config", "mgit.store", "nonsense", cwd=root)
     with pytest.raises(Exception, match="not a store; use auto, refs, lfs or s3://"):
-        choose(repo, "origin")
+        choose("origin")
     run_git("config", "--unset", "mgit.store", cwd=root)
     for name in ("hub", "gh", "corp"):  # no network here: keep the remotes it can ask
         run_git("remote", "remove", name, cwd=root)

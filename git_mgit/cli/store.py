@@ -92,7 +92,7 @@ def _migrate(repo: Repo, args: argparse.Namespace) -> int:
 
 def _target(repo: Repo, to: str) -> str:
     if to == "s3":
-        configured = repo.git("config", "--get", "mgit.store", check=False)
+        configured = repo.config("mgit.store") or ""
         if not configured.startswith("s3://"):
             raise MgitError(
                 "--to s3 needs the bucket: `--to s3://bucket/prefix`, or "

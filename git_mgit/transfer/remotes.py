@@ -50,7 +50,7 @@ def default_remote(repo: Repo) -> str | None:
     """The current branch's upstream remote, else origin, else the only remote."""
     branch = repo.git("symbolic-ref", "--quiet", "--short", "HEAD", check=False)
     if branch:
-        up = repo.git("config", "--get", f"branch.{branch}.remote", check=False)
+        up = repo.config(f"branch.{branch}.remote")
         if up and up != ".":
             return up
     names = remotes(repo)

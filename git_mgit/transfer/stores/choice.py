@@ -59,7 +59,7 @@ def with_s3_settings(repo: Repo, url: str) -> str:
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
     for key, name in (("mgit.s3Endpoint", "endpoint"), ("mgit.s3Region", "region")):
-        value = repo.git("config", "--get", key, check=False)
+        value = repo.config(key)
         if value and name not in query:
             query[name] = value
     path = parts.path.rstrip("/")
@@ -75,7 +75,7 @@ def kind_of(url: str) -> str:
 def choose(repo: Repo, remote: str, recorded: str | None = None) -> Choice:
     """The store pushes to `remote` use; `recorded` is the remote's `refs/mgit/store`."""
     for key in (f"remote.{remote}.mgitStore", "mgit.store"):
-        value = repo.git("config", "--get", key, check=False)
+        value = repo.config(key)
         url = parse_setting(value, key) if value else None
         if url is not None:
             return _choice(repo, url, f"git config {key}")

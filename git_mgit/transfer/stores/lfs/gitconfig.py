@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from git_mgit.gitcmd import Repo
+from git_mgit.gitcmd import Repo, canonical, parse_config_list
 
 LFSCONFIG = ".lfsconfig"
 # git-lfs's config/git_fetcher.go: what a committed .lfsconfig may set.
@@ -31,25 +31,6 @@ _SAFE_KEYS = frozenset(
     }
 )
 _REMOTE_LFSURL = re.compile(r"remote\..+\.lfsurl")
-
-
-def canonical(key: str) -> str:
-    """A key as `git config --list` prints it: section and name lowercased, subsection kept."""
-    section, dot, rest = key.partition(".")
-    if not dot:
-        return key.lower()
-    sub, dot, name = rest.rpartition(".")
-    return f"{section.lower()}.{sub}.{name.lower()}" if dot else f"{section.lower()}.{name.lower()}"
-
-
-def parse_list(out: bytes) -> list[tuple[str, str]]:
-    """`git config -z --list` output as (key, value) pairs, in order."""
-    pairs = []
-    for entry in out.split(b"\0"):
-        if entry:
-            key, _, value = entry.decode("utf-8", "surrogateescape").partition("\n")
-            pairs.append((key, value))
-    return pairs
 
 
 @dataclass(frozen=True)
@@ -84,11 +65,11 @@ def _safe(key: str) -> bool:
     return key in _SAFE_KEYS or bool(_REMOTE_LFSURL.fullmatch(key)) or key.endswith(".access")
 
 
-def _list(cwd: Path, *source: str) -> list[tuple[str, str]] | None:
+def _list(cwd: Path, source: str, name: str) -> list[tuple[str, str]] | None:
     proc = subprocess.run(
-        ["git", "config", "-z", "--list", *source], cwd=cwd, capture_output=True, check=False
+        ["git", "config", "-z", "--list", source, name], cwd=cwd, capture_output=True, check=False
     )
-    return parse_list(proc.stdout) if proc.returncode == 0 else None
+    return parse_config_list(proc.stdout) if proc.returncode == 0 else None
 
 
 def _lfsconfig(repo: Repo, cwd: Path) -> list[tuple[str, str]]:
@@ -112,7 +93,7 @@ def load(repo: Repo) -> LfsConfig:
         if _safe(key):
             values.setdefault(key, []).append(value)
             origins[key] = LFSCONFIG
-    listed = _list(cwd) or []
+    listed = repo.config_list()
     for key, value in listed:  # after .lfsconfig: git config wins (last value)
         values.setdefault(key, []).append(value)
         origins[key] = "git config"

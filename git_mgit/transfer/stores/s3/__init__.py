@@ -40,4 +40,4 @@ def open_s3(repo: Repo, url: str) -> S3Store:
 
 
 def _setting(repo: Repo, key: str) -> str | None:
-    return repo.git("config", "--get", key, check=False).strip() or None
+    return (repo.config(key) or "").strip() or None

@@ -167,6 +167,13 @@ def test_lfsconfig_is_read_from_the_tree_and_git_config_wins(workrepo: Path) -> 
 
     (workrepo / ".lfsconfig").unlink()  # still in the index and in HEAD
     assert endpoint_for(repo, "origin").url == "https://lfs.example.org/committed"  # type: ignore[union-attr]
+    run_git("add", "-A", cwd=workrepo)
+    commit_files(workrepo, {".lfsconfig": lfsconfig.replace("committed", "head")}, "lfs v2")
+    run_git("rm", "-q", "--cached", ".lfsconfig", cwd=workrepo)
+    (workrepo / ".lfsconfig").unlink()  # only in HEAD now
+    assert endpoint_for(repo, "origin").url == "https://lfs.example.org/head"  # type: ignore[union-attr]
+    run_git("commit", "-qm", "no lfs config", cwd=workrepo)  # in none of the three
+    assert endpoint_for(repo, "origin").url == "https://example.org/team/model.git/info/lfs"  # type: ignore[union-attr]
 
     repo.git("config", "lfs.url", "https://lfs.example.org/local")
     found = endpoint_for(repo, "origin")

@@ -73,15 +73,18 @@ def _list(cwd: Path, source: str, name: str) -> list[tuple[str, str]] | None:
 
 
 def _lfsconfig(repo: Repo, cwd: Path) -> list[tuple[str, str]]:
-    """The committed .lfsconfig's pairs: working tree file, else index, else HEAD."""
+    """The committed .lfsconfig's pairs: working tree file, else index, else HEAD (both of
+    those asked in one `git cat-file`: most repositories have neither)."""
+    names = [f"HEAD:{LFSCONFIG}"]
     if repo.worktree is not None:
         path = repo.worktree / LFSCONFIG
         if path.is_file():
             return _list(cwd, "--file", str(path)) or []
-        found = _list(cwd, "--blob", f":{LFSCONFIG}")
-        if found is not None:
-            return found
-    return _list(cwd, "--blob", f"HEAD:{LFSCONFIG}") or []
+        names.insert(0, f":{LFSCONFIG}")
+    asked = "".join(f"{name}\n" for name in names).encode()
+    out = repo.git_bytes("cat-file", "--batch-check=%(objectname) %(objecttype)", input=asked)
+    blobs = [line.split()[0] for line in out.decode().splitlines() if line.endswith(" blob")]
+    return (_list(cwd, "--blob", blobs[0]) or []) if blobs else []
 
 
 def load(repo: Repo) -> LfsConfig:

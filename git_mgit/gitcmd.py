@@ -135,6 +135,12 @@ class _ConfigSnapshot:
             self._read = None
 
 
+# `git remote` subcommands that change git config (listing remotes, or a URL, does not)
+_REMOTE_WRITES = frozenset(
+    (name,) for name in ("add", "rename", "remove", "rm", "set-url", "set-head", "set-branches")
+)
+
+
 @dataclass(frozen=True)
 class Repo:
     """Paths of one git repository, as git itself resolves them."""
@@ -165,7 +171,7 @@ class Repo:
         return git_bytes(*args, cwd=self._cwd(args), **kwargs)
 
     def _cwd(self, args: tuple[str, ...]) -> Path:
-        if args[:1] == ("config",) or (args[:1] == ("remote",) and args[1:2] != ("get-url",)):
+        if args[:1] == ("config",) or (args[:1] == ("remote",) and args[1:2] in _REMOTE_WRITES):
             self._config.forget()  # most likely a write: the next read sees it
         return self.worktree or self.git_dir
 

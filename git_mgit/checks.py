@@ -30,7 +30,7 @@ from git_mgit.modelfile import manifest as mf
 from git_mgit.modelfile.tracked import filters
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.dtypes import DTYPES
-from git_mgit.tensors.safetensors_format import header_length, parse_header
+from git_mgit.tensors.safetensors_format import header_length, parse_header, why_not
 
 CHECKS = ("tracked", "header", "finite", "objects")
 SUFFIX = ".safetensors"
@@ -189,7 +189,7 @@ def _opaque_reason(store: ChunkStore, m: mf.Manifest) -> str:
     try:
         parse_header(head[: 8 + header_length(head[:8])] if len(head) >= 8 else head)
     except NotSafetensors as exc:
-        return str(exc)
+        return why_not(head, exc)
     return "its data does not match its header"
 
 

@@ -38,8 +38,8 @@ from git_mgit.modelfile import manifest as mf
 from git_mgit.modelfile.clean import clean
 from git_mgit.modelfile.smudge import smudge
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.tensors.safetensors_format import GIT_LFS_SPEC
 
-LFS_SPEC = b"version https://git-lfs.github.com/spec/v1"
 MGIT_ATTRS = "filter=mgit diff=mgit merge=mgit -text"
 LFS_ATTRS = "filter=lfs diff=lfs merge=lfs -text"
 _OWN_ATTRS = ("filter=", "diff=", "merge=")
@@ -174,7 +174,7 @@ class _Converter:
     ) -> str:
         if mf.looks_like_manifest(head):
             return oid  # already git-mgit
-        if size < 1024 and stream.peek(len(LFS_SPEC))[: len(LFS_SPEC)] == LFS_SPEC:
+        if size < 1024 and stream.peek(len(GIT_LFS_SPEC))[: len(GIT_LFS_SPEC)] == GIT_LFS_SPEC:
             pointer = _LFS_POINTER.search(stream.read())
             if pointer is None:
                 raise MigrateError(
@@ -263,7 +263,7 @@ class _Converter:
         else:
             os.replace(tmp, dest)
             self.summary.after_bytes += m.size
-        pointer = f"{LFS_SPEC.decode()}\noid sha256:{digest}\nsize {m.size}\n"
+        pointer = f"{GIT_LFS_SPEC.decode()}\noid sha256:{digest}\nsize {m.size}\n"
         return self._write_blob(pointer.encode())
 
 

@@ -42,6 +42,8 @@ ATTR_COMMENT = "# git-mgit: object trees are already compressed; never delta the
 ATTR_LINE = "[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/[0-9a-f]* -delta"
 
 TRACK_ATTRS = ("filter=mgit", "diff=mgit", "merge=mgit", "-text")
+# what `git lfs track` writes: `git mgit track` of the same pattern takes the files over
+GIT_LFS_ATTRS = ("filter=lfs", "diff=lfs", "merge=lfs", "-text")
 
 # Earlier versions fetched every object with every fetch; objects now come on demand.
 LEGACY_OBJECTS_REFSPEC = f"+{ANCHOR_PREFIX}*:{ANCHOR_PREFIX}*"
@@ -352,9 +354,11 @@ def _write_lines(path: Path, lines: list[str], newline: str) -> None:
 def track(repo: Repo, patterns: list[str], force: bool = False) -> list[tuple[str, str]]:
     """Add `PATTERN filter=mgit diff=mgit merge=mgit -text` lines to the top-level .gitattributes.
 
-    Returns (pattern, "added" | "replaced" | "already") per pattern. A pattern
-    already there with other attributes (say git-lfs's) is replaced only with
-    `force`; nothing is written unless every pattern can be.
+    Returns (pattern, "added" | "replaced" | "from-lfs" | "already") per pattern.
+    A pattern git-lfs tracks (its own line, as `git lfs track` writes it: every
+    model repository on the Hugging Face Hub has one for *.safetensors) is taken
+    over; one with other attributes is replaced only with `force`. Nothing is
+    written unless every pattern can be.
     """
     path = _attributes_file(repo)
     lines, newline = _read_lines(path)
@@ -364,18 +368,19 @@ def track(repo: Repo, patterns: list[str], force: bool = False) -> list[tuple[st
         token = escape_pattern(pattern)
         parsed = [_split(line) for line in lines]
         at = [i for i, (p, _) in enumerate(parsed) if p == token]
+        git_lfs = bool(at) and all(set(parsed[i][1]) == set(GIT_LFS_ATTRS) for i in at)
         if len(at) == 1 and set(parsed[at[0]][1]) == set(TRACK_ATTRS):
             results.append((pattern, "already"))
         elif not at:
             lines.append(f"{token} {want}")
             results.append((pattern, "added"))
-        elif not force:
-            conflicts.append(f'"{lines[at[-1]].strip()}"')
-        else:
+        elif git_lfs or force:
             lines[at[0]] = f"{token} {want}"
             for i in reversed(at[1:]):
                 del lines[i]
-            results.append((pattern, "replaced"))
+            results.append((pattern, "from-lfs" if git_lfs else "replaced"))
+        else:
+            conflicts.append(f'"{lines[at[-1]].strip()}"')
     if conflicts:
         raise MgitError(
             f"{path} already has {', '.join(conflicts)}; re-run with --force to replace its attributes"

@@ -21,7 +21,9 @@ ensure_venv() {
     # pip byte-compiles what it installs, but not an editable install's sources: with
     # PYTHONDONTWRITEBYTECODE set (CI containers), every git-mgit process that git starts
     # (filters, hooks) would compile them again, about 60 ms a start. Up-to-date files are skipped.
-    "$root/.venv/bin/python" -m compileall -q -j 0 "$root/git_mgit" "$root/filters" >/dev/null
+    # Every folder the package maps (pyproject's package-dir), not only git_mgit/.
+    "$root/.venv/bin/python" -m compileall -q -j 0 "$root/git_mgit" "$root/filters" \
+        "$root/hooks" "$root/runtime" >/dev/null
     export PATH="$root/.venv/bin:$PATH"
 }
 

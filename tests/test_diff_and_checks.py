@@ -130,6 +130,25 @@ def test_invalid_header_and_corrupt_objects_are_refused(repo: Path) -> None:
     assert proc.returncode != 0 and "does not decode" in proc.stderr
 
 
+def test_a_git_lfs_pointer_is_named_as_one_with_the_fix(repo: Path) -> None:
+    """A model git-lfs has not downloaded (its pointer in place of the file) is stored byte
+    for byte, with a warning that says so and what to run; the pre-commit check refuses it."""
+    pointer = (
+        b"version https://git-lfs.github.com/spec/v1\n"
+        b"oid sha256:" + b"ab" * 32 + b"\nsize 90868376\n"
+    )
+    (repo / "model.safetensors").write_bytes(pointer)
+    added = run_git("add", "model.safetensors", cwd=repo)
+    fix = "a Git LFS pointer, not the model: run `git lfs pull` to download it, then add it again"
+    assert f"model.safetensors: not a valid safetensors file ({fix})" in added.stderr
+    assert run_git("cat-file", "blob", ":model.safetensors", cwd=repo).stdout != ""
+    (repo / "model.safetensors").unlink()
+    run_git("checkout", "--", "model.safetensors", cwd=repo)
+    assert (repo / "model.safetensors").read_bytes() == pointer  # stored as it was
+    proc = run_git("commit", "-q", "-m", "pointer", cwd=repo, check=False)
+    assert proc.returncode != 0 and fix in proc.stderr
+
+
 def test_a_users_own_pre_commit_hook_still_runs(tmp_path: Path) -> None:
     repo = tmp_path / "r"
     run_git("init", "-q", str(repo), cwd=tmp_path)

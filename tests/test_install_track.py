@@ -397,15 +397,39 @@ def test_track_escapes_spaces_and_untrack_removes_the_line(repo, capsys):
 
 
 def test_track_replaces_other_attributes_only_with_force(repo, capsys):
-    lfs = "*.bin filter=lfs diff=lfs merge=lfs -text\n"
-    (repo / ".gitattributes").write_text(lfs)
-    rc, _, err = mgit(capsys, "track", "*.bin")
+    other = "*.bin filter=other -diff\n*.pt filter=lfs diff=lfs merge=lfs -text\n"
+    (repo / ".gitattributes").write_text(other)
+    rc, _, err = mgit(capsys, "track", "*.pt", "*.bin")
     assert rc == 2
-    assert "filter=lfs" in err and "--force" in err
-    assert (repo / ".gitattributes").read_text() == lfs
+    assert '"*.bin filter=other -diff"' in err and "--force" in err and "*.pt" not in err
+    assert (repo / ".gitattributes").read_text() == other  # all or nothing
     assert mgit(capsys, "track", "--force", "*.bin")[0] == 0
-    assert (repo / ".gitattributes").read_text() == "*.bin filter=mgit diff=mgit merge=mgit -text\n"
+    assert (repo / ".gitattributes").read_text() == (
+        "*.bin filter=mgit diff=mgit merge=mgit -text\n*.pt filter=lfs diff=lfs merge=lfs -text\n"
+    )
     assert set(attrs(repo, "w.bin").splitlines()) == TRACKED
+
+
+def test_track_takes_a_pattern_over_from_git_lfs(repo, capsys):
+    """The line `git lfs track` writes (every model repository on the Hugging Face Hub has
+    one for *.safetensors) is replaced without --force, saying what happens to the files
+    committed before; git-lfs's other patterns stay its own."""
+    hub = (
+        "*.bin filter=lfs diff=lfs merge=lfs -text\n"
+        "*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
+        "*.safetensors -text merge=lfs diff=lfs filter=lfs\n"  # the same again, reordered
+    )
+    (repo / ".gitattributes").write_text(hub)
+    rc, out, _ = mgit(capsys, "track", "*.safetensors")
+    assert rc == 0
+    assert 'Tracking "*.safetensors" in place of git-lfs' in out
+    assert "git mgit migrate import" in out
+    assert (repo / ".gitattributes").read_text() == (
+        "*.bin filter=lfs diff=lfs merge=lfs -text\n"
+        "*.safetensors filter=mgit diff=mgit merge=mgit -text\n"
+    )
+    assert set(attrs(repo, "m.safetensors").splitlines()) == TRACKED
+    assert mgit(capsys, "track", "*.safetensors")[1].strip() == '"*.safetensors" is already tracked'
 
 
 def test_untrack_of_an_untracked_pattern_changes_nothing(repo, capsys):

@@ -320,6 +320,52 @@ def corrupt_largest(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -
     obstore.put(store, largest["path"], bytes(raw))
 
 
+def test_the_quick_start_on_a_repository_the_hub_made_with_git_lfs(
+    lfs_server, tmp_path: Path
+) -> None:
+    """README's quick start where every Hub model repository starts: git-lfs's history
+    (*.safetensors in git-lfs's attributes, v1 a pointer). A clone, `git mgit install`,
+    `git mgit track "*.safetensors"`, v2 committed and pushed to a remote with the Hub's
+    rules; a fresh clone has v2 byte for byte, and v1 still checks out through git-lfs."""
+    if shutil.which("git-lfs") is None:
+        pytest.fail("git-lfs is not installed: scripts/test installs it (apt-get install git-lfs)")
+    run_git("lfs", "install", "--skip-repo", cwd=tmp_path)  # as a user of the Hub has it
+    url = lfs_server.repo_url()
+    enforce_hub_rules(lfs_server.git_root / "org" / "repo.git")
+    hub = tmp_path / "hub"
+    run_git("init", "-q", str(hub), cwd=tmp_path)
+    (hub / ".gitattributes").write_text(
+        "*.bin filter=lfs diff=lfs merge=lfs -text\n"
+        "*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
+    )
+    v1, v2 = series(2, size=6000)  # 1.6 MB each: the Hub's rules refuse them outside LFS
+    (hub / MODEL).write_bytes(v1)
+    run_git("add", ".gitattributes", MODEL, cwd=hub)
+    run_git("commit", "-q", "-m", "v1, by git-lfs", cwd=hub)
+    run_git("remote", "add", "origin", url, cwd=hub)
+    run_git("push", "-q", "origin", "main", cwd=hub)
+
+    work = clone(url, tmp_path / "work")
+    assert (work / MODEL).read_bytes() == v1  # git-lfs's smudge
+    mgit("install", cwd=work)
+    assert "in place of git-lfs" in mgit("track", "*.safetensors", cwd=work).stdout
+    (work / MODEL).write_bytes(v2)
+    run_git("add", ".gitattributes", MODEL, cwd=work)
+    run_git("commit", "-q", "-m", "v2", cwd=work)
+    run_git("config", "mgit.store", "lfs", cwd=work)  # not on huggingface.co, whose host says it
+    run_git("push", "-q", "origin", "main", cwd=work)
+
+    fresh = clone(url, tmp_path / "fresh")
+    assert (fresh / MODEL).read_bytes() == v2 and status_porcelain(fresh) == ""
+    stored = run_git("cat-file", "-p", f"HEAD:{MODEL}", cwd=fresh).stdout
+    assert stored.startswith("mgit-manifest")
+    run_git("checkout", "-q", "HEAD~1", cwd=fresh)
+    assert (fresh / MODEL).read_bytes() == v1 and status_porcelain(fresh) == ""
+    assert run_git("cat-file", "-p", f"HEAD:{MODEL}", cwd=fresh).stdout.startswith(
+        "version https://git-lfs.github.com/spec/v1"
+    )
+
+
 def test_git_lfs_and_git_mgit_side_by_side(lfs_server, tmp_path: Path) -> None:
     """git-lfs tracks *.bin, git-mgit *.safetensors, in one repository on one LFS server:
     both filters and both pre-push hooks work, and a fresh clone has both files."""

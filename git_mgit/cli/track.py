@@ -11,6 +11,11 @@ from git_mgit.errors import MgitError
 from git_mgit.gitcmd import find_repo
 
 _SHOWN = 5  # paths listed in the re-add hint
+_SAID = {
+    "already": '"{}" is already tracked',
+    "from-lfs": 'Tracking "{}" in place of git-lfs (versions committed before stay git-lfs '
+    "pointers, checked out by git-lfs; git mgit migrate import rewrites them)",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="replace other attributes a pattern already has (e.g. git-lfs's)",
+        help="replace other attributes a pattern already has (git-lfs's line needs no --force)",
     )
     parser.add_argument(
         "--renormalize",
@@ -42,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         return _list(repo)
     results = setup.track(repo, args.patterns, args.force)
     for pattern, status in results:
-        print(f'"{pattern}" is already tracked' if status == "already" else f'Tracking "{pattern}"')
+        print(_SAID.get(status, 'Tracking "{}"').format(pattern))
     try:
         for change in setup.ensure_repo(repo):
             print(change)

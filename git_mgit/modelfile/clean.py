@@ -31,7 +31,14 @@ from git_mgit.resources import malloc
 from git_mgit.store.chains import Chain, Chains
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.dtypes import DTYPES
-from git_mgit.tensors.safetensors_format import Header, TensorInfo, header_length, parse_header
+from git_mgit.tensors.safetensors_format import (
+    GIT_LFS_SPEC,
+    Header,
+    TensorInfo,
+    header_length,
+    parse_header,
+    why_not,
+)
 
 Warn = Callable[[str], None]
 
@@ -299,8 +306,11 @@ def clean(
             raise NotSafetensors("the file ends inside its header")
         header = parse_header(head)
     except NotSafetensors as exc:
+        if GIT_LFS_SPEC.startswith(head):  # its first 8 bytes: read enough to tell
+            head += source.read(len(GIT_LFS_SPEC) - len(head))
         if head:
-            warn(f"{path}: not a valid safetensors file ({exc}); storing it as opaque bytes")
+            reason = why_not(head, exc)
+            warn(f"{path}: not a valid safetensors file ({reason}); storing it as opaque bytes")
     if header is not None:
         settings = _chunk_hint(settings, header)
     progress = Progress(f"git-mgit: storing {path}", header.file_size if header else None)

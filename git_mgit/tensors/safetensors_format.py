@@ -57,6 +57,9 @@ MAX_HEADER_BYTES = 100_000_000  # the reference's MAX_HEADER_SIZE (100 MB, not M
 MAX_TENSORS = 100_000  # beyond this, the file is stored opaque (hostile or absurd)
 MAX_METADATA_ENTRIES = 100_000  # same bound for the `__metadata__` map
 MAX_DIMS = 64  # numpy 2 NPY_MAXDIMS; no framework loads a tensor with more dimensions
+# What a file git-lfs has not downloaded holds in place of the model (its pointer's first
+# line): such a file is not safetensors, and saying why tells the user what to run.
+GIT_LFS_SPEC = b"version https://git-lfs.github.com/spec/v1"
 
 _FIELDS = ("dtype", "shape", "data_offsets")
 _WS = re.compile(r"[ \t\n\r]*")
@@ -107,6 +110,16 @@ def header_length(prefix: bytes | memoryview) -> int:
     if n > MAX_HEADER_BYTES:
         raise NotSafetensors(f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
     return n
+
+
+def why_not(head: bytes, exc: NotSafetensors) -> str:
+    """Why a file that begins with `head` is not safetensors: `exc`, or, for a Git LFS
+    pointer (a model git-lfs has not downloaded), that and what to run."""
+    if head.startswith(GIT_LFS_SPEC):
+        return (
+            "a Git LFS pointer, not the model: run `git lfs pull` to download it, then add it again"
+        )
+    return str(exc)
 
 
 def parse_header(buf: bytes | memoryview) -> Header:

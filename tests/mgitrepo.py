@@ -65,3 +65,11 @@ def init_mgit_repo(path: Path) -> Path:
 
 def status_porcelain(repo: Path) -> str:
     return run_git("status", "--porcelain", cwd=repo).stdout
+
+
+def drop_unreferenced(repo: Path) -> None:
+    """Lose every object no ref reaches, git-mgit's included: git-mgit keeps its packs out
+    of git's own gc (.keep files), so their marks go first."""
+    for keep in (repo / ".git" / "objects" / "pack").glob("*.keep"):
+        keep.unlink()
+    run_git("gc", "-q", "--prune=now", cwd=repo)

@@ -15,7 +15,14 @@ from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import LookupCache
 from tests.gitsandbox import Remote, clone, run_git
-from tests.mgitrepo import init_mgit_repo, mgit, model_bytes, status_porcelain, tensors_of
+from tests.mgitrepo import (
+    drop_unreferenced,
+    init_mgit_repo,
+    mgit,
+    model_bytes,
+    status_porcelain,
+    tensors_of,
+)
 
 
 @pytest.fixture
@@ -185,6 +192,35 @@ def test_git_gc_prune_now_keeps_everything_needed(repo: Path) -> None:
         versions.append(model_bytes(2 + i, base=tensors_of(versions[-1]), step=1e-4))
     commits = [commit_model(repo, v, f"v{i}") for i, v in enumerate(versions)]
     run_git("gc", "-q", "--prune=now", cwd=repo)
+    run_git("fsck", "--strict", cwd=repo)
+    for c, v in zip(commits, versions, strict=True):
+        run_git("checkout", "-q", c, cwd=repo)
+        assert (repo / "model.safetensors").read_bytes() == v
+    mgit("fsck", cwd=repo)
+
+
+def test_git_gc_auto_leaves_the_tensor_packs_to_mgit_gc(repo: Path) -> None:
+    """`git gc --auto` (git commit, fetch, merge and pull run it) repacks every pack into
+    one once more than gc.autoPackLimit (50) are not kept: every `git add` of a model
+    writes one, so git would rewrite the whole tensor store in the background. git-mgit's
+    packs are kept; `git mgit gc` repacks them, and keeps what it leaves."""
+    versions = [model_bytes(1)]
+    for i in range(3):
+        versions.append(model_bytes(2 + i, base=tensors_of(versions[-1]), step=1e-4))
+    commits = [commit_model(repo, v, f"v{i}") for i, v in enumerate(versions)]
+    folder = repo / ".git" / "objects" / "pack"
+    ours = sorted(p.name for p in folder.glob("*.pack"))
+    assert len(ours) >= len(versions)
+    assert all(folder.joinpath(n).with_suffix(".keep").exists() for n in ours)
+    auto = run_git(
+        "-c", "gc.autoPackLimit=1", "-c", "gc.autoDetach=false", "gc", "--auto", cwd=repo
+    )
+    assert "Auto packing" not in auto.stderr
+    assert sorted(p.name for p in folder.glob("*.pack")) == ours  # not one rewritten
+    mgit("gc", "--prune=now", cwd=repo)
+    left = [p for p in folder.glob("*.pack") if not p.with_suffix(".mtimes").exists()]
+    assert len(left) == 1 and left[0].name not in ours  # git repacked them, then
+    assert left[0].with_suffix(".keep").exists()  # they are kept again
     run_git("fsck", "--strict", cwd=repo)
     for c, v in zip(commits, versions, strict=True):
         run_git("checkout", "-q", c, cwd=repo)
@@ -422,7 +458,7 @@ def test_push_is_refused_when_objects_are_missing_locally(repo: Path, bare_remot
     commit_model(repo, model_bytes(1), "v1")
     refs = run_git("for-each-ref", "--format=delete %(refname)", "refs/mgit/", cwd=repo).stdout
     run_git("update-ref", "--stdin", cwd=repo, input=refs)
-    run_git("gc", "-q", "--prune=now", cwd=repo)
+    drop_unreferenced(repo)
     for f in (repo / ".git" / "mgit").glob("lookup.sqlite*"):
         f.unlink()
     run_git("remote", "add", "origin", bare_remote.url, cwd=repo)
@@ -489,7 +525,7 @@ def test_deleted_anchor_refs_are_noticed_and_objects_rewritten(repo: Path) -> No
     commit_model(repo, v1, "v1")
     refs = run_git("for-each-ref", "--format=delete %(refname)", "refs/mgit/", cwd=repo).stdout
     run_git("update-ref", "--stdin", cwd=repo, input=refs)
-    run_git("gc", "-q", "--prune=now", cwd=repo)  # objects are gone, the cache still lists them
+    drop_unreferenced(repo)  # objects are gone, the cache still lists them
     (repo / "model.safetensors").write_bytes(v1)
     run_git("add", "--renormalize", "model.safetensors", cwd=repo)
     run_git("commit", "-q", "--allow-empty", "-m", "re-add", cwd=repo)

@@ -23,7 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from git_mgit.store import anchors, packwriter, writeout
+from git_mgit.gitcmd import find_repo
+from git_mgit.store import anchors, keep, packwriter, writeout
 from git_mgit.store.gitobjects import DIR_MODE, commit_body, object_id, tree_body
 from git_mgit.store.packwriter import PackWriter, encode_idx, entry_header
 from tests.gitsandbox import init_repo, run_git
@@ -97,7 +98,8 @@ def test_blobs_of_edge_sizes_round_trip_and_pass_git_checks(repo: Path) -> None:
     assert len(tmp) == 1 and tmp[0].startswith("tmp_pack_")
     trailer = path.read_bytes()[-20:]
     assert path.name == f"pack-{trailer.hex()}.pack"
-    assert pack_files(repo) == [path.with_suffix(".idx").name, path.name]
+    assert pack_files(repo) == [path.with_suffix(ext).name for ext in (".idx", ".keep", ".pack")]
+    assert path.with_suffix(".keep").read_text() == keep.MARK  # git gc --auto leaves it alone
     for f in (path, path.with_suffix(".idx")):
         assert stat.S_IMODE(f.stat().st_mode) == 0o444
 
@@ -294,18 +296,27 @@ def test_anchor_size_counts_the_objects_an_anchor_adds(repo: Path, chunks: int) 
 
 
 def test_gc_keeps_referenced_objects_and_drops_unreferenced(repo: Path) -> None:
+    """git's gc leaves a kept pack alone; with the mark lifted (as git mgit gc and prune
+    lift it), it keeps what is referenced, drops the rest, and its pack is kept again."""
     blobs = [random.Random(4).randbytes(n) for n in (10, 70_000, 2 * MiB)]
     with PackWriter(objects_dir(repo)) as pack:
         oids = [pack.add("blob", [b]) for b in blobs]
         stray = pack.add("blob", [b"nobody points at me"])
         commit = anchor(pack, oids)
-        assert pack.finish() is not None
+        written = pack.finish()
+    assert written is not None
     run_git("update-ref", "refs/heads/main", commit, cwd=repo)
     run_git("gc", "--prune=now", "--quiet", cwd=repo)
+    assert written.exists() and run_git("cat-file", "-e", stray.hex(), cwd=repo).returncode == 0
+    with keep.lifted(find_repo(repo)):
+        assert not written.with_suffix(".keep").exists()
+        run_git("gc", "--prune=now", "--quiet", cwd=repo)
 
     assert all(cat(repo, o) == b for o, b in zip(oids, blobs, strict=True))
     gone = run_git("cat-file", "-e", stray.hex(), cwd=repo, check=False)
     assert gone.returncode != 0
+    (left,) = (objects_dir(repo) / "pack").glob("*.pack")
+    assert left != written and left.with_suffix(".keep").read_text() == keep.MARK
     assert_fsck_clean(repo)
 
 

@@ -101,6 +101,12 @@ def local_chunks(repo: Path) -> set[bytes]:
         cache.close()
 
 
+def unkept_packs(repo: Path) -> set[str]:
+    """The packs git's own gc may repack: those without a .keep file."""
+    folder = repo / ".git" / "objects" / "pack"
+    return {p.name for p in folder.glob("*.pack") if not p.with_suffix(".keep").exists()}
+
+
 def listings(remote: Remote) -> int | None:
     """Ref listings (v2's ls-refs, v0's advertisement) the HTTP server has answered (None over
     file://)."""
@@ -141,6 +147,7 @@ def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each
     assert (other / MODEL).read_bytes() == versions[-1]
     assert status_porcelain(other) == ""
     assert local_chunks(other) == chunks_at(other, "HEAD")  # the tip's objects, nothing else
+    cloned = unkept_packs(other)  # git clone's own (and, from version refs, its first fetch's)
     note = run_git("notes", "--ref=mgit", "show", f"HEAD:{MODEL}", cwd=other).stdout
     assert note.strip() == '{"name":"tip"}'  # lineage came with the objects' fetch
     fsck = mgit("fsck", cwd=other)
@@ -161,6 +168,7 @@ def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each
             assert listings(store_remote) - before == (moved != (0, 0))
     assert fetched
     assert local_chunks(other) >= set().union(*(chunks_at(other, c) for c in commits))
+    assert unkept_packs(other) == cloned  # what the checkouts brought, out of git gc --auto's way
     mgit("fsck", cwd=other)
 
 

@@ -16,7 +16,7 @@ from git_mgit import config
 from git_mgit.console.progress import format_size
 from git_mgit.gitcmd import Repo, approxidate, find_repo
 from git_mgit.modelfile.tracked import needed_hashes
-from git_mgit.store import anchors
+from git_mgit.store import anchors, keep
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX, VERSION_PREFIX, anchor_objects, anchor_tips
 
@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     # Unreferenced objects younger than the grace period go into a cruft pack, as they
     # are: git would otherwise write each one out again, zlib-compressed, as a loose file.
     before = _disk(repo.objects_dir)
-    repo.git("gc", "--quiet", "--cruft", f"--prune={grace}")
+    with keep.lifted(repo):  # git's gc leaves git-mgit's packs alone otherwise
+        repo.git("gc", "--quiet", "--cruft", f"--prune={grace}")
     after = _disk(repo.objects_dir)
     print(
         f"dropped {len(drop)} objects from anchors ({freed}); the object database went from "

@@ -25,6 +25,7 @@ download to that thread's speed.
 Objects under SMALL bytes (trees, commits, pointer files: a version's anchor
 is hundreds of them) are framed whole and written BATCH bytes at a time, not
 with a few system calls each.
+A finished pack is marked `.keep` (keep.py): git's own gc leaves it alone.
 Writeback starts as the pack grows (writeout.start on a worker every
 few MiB, one at a time: queued, not waited for, where the platform
 allows), so the disk works while objects are still being encoded and the
@@ -48,7 +49,7 @@ from typing import TypeVar
 
 from zlib_ng import zlib_ng  # zlib's adler32 and CRC32 with SIMD: 2-4x as fast
 
-from git_mgit.store import writeout
+from git_mgit.store import keep, writeout
 from git_mgit.store.gitobjects import Part, byte_view, object_header
 
 PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3}
@@ -464,6 +465,7 @@ class PackWriter:
             pack_path = final.with_suffix(".pack")
             os.replace(self._tmp_pack, pack_path)  # pack first: git only looks for packs via idx
             self._tmp_pack = None
+            keep.mark(pack_path)  # before git can see it: out of git gc --auto's repacks
             os.replace(self._tmp_idx, final.with_suffix(".idx"))
             self._tmp_idx = None
             dfd = os.open(self._dir, os.O_RDONLY)

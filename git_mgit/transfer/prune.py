@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from git_mgit.gitcmd import Repo, approxidate
 from git_mgit.modelfile.tracked import tracked_files, with_bases
-from git_mgit.store import anchors
+from git_mgit.store import anchors, keep
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.lookup import ANCHOR_PREFIX, anchor_tips, filed_by
 from git_mgit.transfer import availability, history
@@ -113,5 +113,6 @@ def prune(repo: Repo, store: ChunkStore, since: str, dry_run: bool = False) -> R
     repo.git("update-ref", "--stdin", input="".join(lines).encode())
     store.invalidate()
     store.cache.rebuild()
-    repo.git("repack", "-a", "-d", "-q")
+    with keep.lifted(repo):
+        repo.git("repack", "-a", "-d", "-q")
     return report

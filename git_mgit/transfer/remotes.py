@@ -30,6 +30,7 @@ from pathlib import Path
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import GitError, Repo, anonymized, gist, remote_file_name
+from git_mgit.store import keep
 from git_mgit.store.lookup import ANCHOR_PREFIX, PARTIAL_PREFIX, RECORD_REF, VERSION_PREFIX
 from git_mgit.transfer.notes import NOTES_REF
 
@@ -211,10 +212,13 @@ class Transfer:
     ) -> None:
         self._visible = sys.stderr.isatty()
         self.command, *rest = args
-        keep = KEEP_PACKS if self.command == "fetch" else ()
+        self._repo = repo
+        # a fetch's packs are kept from git gc --auto, as the packs git-mgit writes are
+        self._packs = keep.packs(repo.objects_dir) if self.command == "fetch" else None
+        kept = KEEP_PACKS if self._packs is not None else ()
         verbosity = "--progress" if self._visible else "--quiet"
         self._proc = subprocess.Popen(
-            ["git", *keep, *config, self.command, verbosity, *rest],
+            ["git", *kept, *config, self.command, verbosity, *rest],
             cwd=_cwd(repo),
             stdout=subprocess.DEVNULL,
             stderr=None if self._visible else subprocess.PIPE,
@@ -243,6 +247,8 @@ class Transfer:
             code = self._proc.returncode
             what = gist(detail, code) if detail else f"exit {code}, see above"
             raise GitError(f"git {self.command} failed: {what}", detail)
+        if self._packs is not None:
+            keep.mark_new(self._repo.objects_dir, self._packs)
 
 
 def _descendants(pid: int) -> list[int]:

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from git_mgit.gitcmd import find_repo
-from git_mgit.store import anchors, keep, packwriter, writeout
+from git_mgit.store import anchors, keep, midx, packwriter, writeout
 from git_mgit.store.gitobjects import DIR_MODE, commit_body, object_id, tree_body
 from git_mgit.store.packwriter import PackWriter, encode_idx, entry_header
 from tests.gitsandbox import init_repo, run_git
@@ -328,6 +328,43 @@ def test_several_packs_are_all_visible(repo: Path) -> None:
             assert pack.finish() is not None
     assert len([n for n in pack_files(repo) if n.endswith(".pack")]) == 3
     assert [cat(repo, o) for o in oids] == [b"pack 0", b"pack 1", b"pack 2"]
+
+
+def test_packs_that_pile_up_get_one_multi_pack_index(repo: Path) -> None:
+    """Kept packs stay apart until git mgit gc: once midx.UNINDEXED of them are newer than
+    git's multi-pack-index, it is written again over every pack; a repack that deletes
+    the packs it covers deletes it."""
+    index = objects_dir(repo) / "pack" / midx.NAME
+    oids = []
+
+    def packs(n: int) -> None:
+        for _ in range(n):
+            with PackWriter(objects_dir(repo)) as pack:
+                oids.append(pack.add("blob", [b"pack %d" % len(oids)]))
+                assert pack.finish() is not None
+
+    def covered() -> int:  # the header's pack count
+        return int.from_bytes(index.read_bytes()[8:12], "big")
+
+    packs(midx.UNINDEXED - 1)
+    assert not index.exists()
+    packs(1)
+    assert covered() == midx.UNINDEXED
+    packs(midx.UNINDEXED)
+    assert covered() == 2 * midx.UNINDEXED
+    run_git("multi-pack-index", "verify", cwd=repo)
+    assert [cat(repo, o) for o in oids] == [b"pack %d" % i for i in range(len(oids))]
+    tree = run_git(
+        "mktree",
+        cwd=repo,
+        input="".join(f"100644 blob {o.hex()}\tf{i}\n" for i, o in enumerate(oids)),
+    )
+    commit = run_git("commit-tree", "-m", "all", tree.stdout.strip(), cwd=repo).stdout.strip()
+    run_git("update-ref", "refs/heads/main", commit, cwd=repo)
+    with keep.lifted(find_repo(repo)):
+        run_git("repack", "-a", "-d", "-q", cwd=repo)
+    assert not index.exists()
+    assert [cat(repo, o) for o in oids] == [b"pack %d" % i for i in range(len(oids))]
 
 
 def test_empty_writer_leaves_nothing(repo: Path) -> None:

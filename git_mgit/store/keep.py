@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from git_mgit.gitcmd import Repo
+from git_mgit.store import midx
 
 MARK = "git-mgit: tensor objects (git mgit gc and git mgit prune repack them)\n"
 
@@ -47,6 +48,7 @@ def mark_new(objects_dir: Path, before: set[str]) -> None:
             with contextlib.suppress(FileNotFoundError):  # repacked away meanwhile
                 if pack.with_suffix(".idx").exists():
                     mark(pack)
+    midx.refresh(objects_dir)
 
 
 @contextlib.contextmanager

@@ -25,7 +25,8 @@ download to that thread's speed.
 Objects under SMALL bytes (trees, commits, pointer files: a version's anchor
 is hundreds of them) are framed whole and written BATCH bytes at a time, not
 with a few system calls each.
-A finished pack is marked `.keep` (keep.py): git's own gc leaves it alone.
+A finished pack is marked `.keep` (keep.py): git's own gc leaves it alone, and
+git's multi-pack-index is written again once enough such packs are new (midx.py).
 Writeback starts as the pack grows (writeout.start on a worker every
 few MiB, one at a time: queued, not waited for, where the platform
 allows), so the disk works while objects are still being encoded and the
@@ -49,7 +50,7 @@ from typing import TypeVar
 
 from zlib_ng import zlib_ng  # zlib's adler32 and CRC32 with SIMD: 2-4x as fast
 
-from git_mgit.store import keep, writeout
+from git_mgit.store import keep, midx, writeout
 from git_mgit.store.gitobjects import Part, byte_view, object_header
 
 PACK_TYPES = {"commit": 1, "tree": 2, "blob": 3}
@@ -476,6 +477,7 @@ class PackWriter:
         except BaseException:
             self.abort()
             raise
+        midx.refresh(self._dir.parent)  # kept packs pile up: one index over them all
         return pack_path
 
     def _close(self) -> None:

@@ -8,8 +8,12 @@ compressed entries, non-blobs, damaged stored blocks.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
+import resource
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -88,6 +92,77 @@ def test_pieces_keep_their_pages_until_forgotten(repo: Path) -> None:
         reader.forget(oid.hex())
         assert _rss_file_bytes() - before < 2 * MiB
         assert b"".join(pieces) == data  # mapped again as they are read
+    finally:
+        reader.close()
+
+
+def test_a_reader_holds_descriptors_only_for_the_packs_it_reads(repo: Path) -> None:
+    """git-mgit's packs stay apart until git mgit gc (keep.py): a reader of hundreds must
+    not hold a descriptor for each. Two a pack, at Linux's default limit of 1024, left a
+    filter of 500 packs none for a pipe to git or a socket to its store."""
+    oids = [write_blobs(repo, [bytes([i]) * 70_000])[0] for i in range(40)]
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = descriptors()
+    reader = PackReader(objects_dir(repo))
+    try:
+        assert bytes(reader.read(oids[-1].hex()) or b"") == bytes([39]) * 70_000
+        assert reader.read("0" * 40) is None  # every pack looked at: none opened for it
+        assert descriptors() - before <= 2  # the pack read, and its mapping
+        assert bytes(reader.read(oids[0].hex()) or b"") == bytes([0]) * 70_000
+        assert descriptors() - before <= 4
+    finally:
+        reader.close()
+    assert descriptors() == before
+
+
+READ_EVERY_PACK = """
+import sys
+from pathlib import Path
+from git_mgit.resources.files import allow_open_files
+from git_mgit.store.packreader import PackReader
+if sys.argv[2] == "raise":
+    allow_open_files()
+reader = PackReader(Path(sys.argv[1]))
+print(sum(reader.read(oid) is not None for oid in sys.stdin.read().split()))
+"""
+
+
+def test_a_process_reading_more_packs_than_its_soft_limit_allows_raises_it(
+    repo: Path,
+) -> None:
+    """Two descriptors a pack read from (the file, its mapping): a soft limit of 64 open
+    files stops a reader of 40 packs, unless it raises the limit as `git-mgit` does at its
+    start (resources/files.py), towards the hard one."""
+    oids = [write_blobs(repo, [bytes([i]) * 70_000])[0].hex() for i in range(40)]
+
+    def run(how: str) -> subprocess.CompletedProcess[str]:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        return subprocess.run(
+            [sys.executable, "-c", READ_EVERY_PACK, str(objects_dir(repo)), how],
+            input="\n".join(oids),
+            capture_output=True,
+            text=True,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard)),
+        )
+
+    assert "Too many open files" in run("keep").stderr
+    raised = run("raise")
+    assert raised.returncode == 0, raised.stderr
+    assert raised.stdout.strip() == str(len(oids))
+
+
+def test_a_pack_repacked_away_before_its_first_read_is_looked_for_again(repo: Path) -> None:
+    reader = PackReader(objects_dir(repo))
+    try:
+        data = random.Random(3).randbytes(100_000)
+        (oid,) = write_blobs(repo, [data])
+        assert reader.read("0" * 40) is None  # its idx read, the pack not opened
+        with keep.lifted(find_repo(repo)):
+            run_git("repack", "-a", "-d", "-q", cwd=repo)  # the pack is gone, its copy new
+        assert bytes(reader.read(oid.hex()) or b"") == data
     finally:
         reader.close()
 

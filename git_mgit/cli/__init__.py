@@ -16,6 +16,7 @@ import threading
 from typing import NoReturn
 
 from git_mgit.errors import MgitError
+from git_mgit.resources.files import allow_open_files
 
 # subcommand name -> module under git_mgit.cli
 COMMANDS: dict[str, str] = {
@@ -166,6 +167,7 @@ def entry() -> NoReturn:
     interpreter's teardown once no thread is at work (nothing of ours is buffered in Python
     by then: files are written through raw descriptors or closed, and stdio is flushed
     here). Anything else, or a thread of its own still running, exits the usual way."""
+    allow_open_files()  # a read from many packs holds two descriptors each
     code = main()
     if _command(sys.argv[1:]) in WAITED_ON and _threads_done():
         for stream in (sys.stdout, sys.stderr):

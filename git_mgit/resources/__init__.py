@@ -1,2 +1,3 @@
 """How much of the machine git-mgit's own work takes: the cores its threads may use
-(cores), and chunk-sized memory paid for once per process (malloc)."""
+(cores), chunk-sized memory paid for once per process (malloc), and the files a process
+may hold open (files)."""

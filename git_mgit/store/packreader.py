@@ -36,21 +36,42 @@ _STORED_HEADER = 5  # BFINAL/BTYPE byte (byte-aligned in a run of stored blocks)
 _FAULT_AROUND = 64 << 10  # Linux's fault_around_bytes: a read fault maps this much
 _ENTRY_PEEK = 32  # entry header (type, size varint) plus the 2-byte zlib header
 IOV_BATCH = 1024  # iovecs per preadv (Linux's UIO_MAXIOV)
+_IDX_IN_MEMORY = 1 << 20  # a smaller idx (some 37,000 objects) is read, not mapped
 
 
 class _Pack:
-    """One pack: its idx mapped (small: 28 bytes an object), the pack itself read with pread."""
+    """One pack: its idx (28 bytes an object) in memory, or mapped when large; the pack
+    itself opened at its first read, then read with pread.
+
+    A descriptor is held only for the packs read from (and for large indexes): a mapping
+    holds one too (CPython dups it), and git-mgit's packs are kept apart until `git mgit
+    gc` (keep.py), so a repository can hold more of them than a process may open files
+    (1024 by default on Linux, 256 on macOS). Holding two a pack, a reader of 500 packs
+    left its process none: no socket, no pipe for git.
+    """
 
     def __init__(self, idx_path: Path) -> None:
         with idx_path.open("rb") as f:
-            self._idx = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if os.fstat(f.fileno()).st_size <= _IDX_IN_MEMORY:
+                self._idx: bytes | mmap.mmap = f.read()
+            else:
+                self._idx = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         if self._idx[:8] != _IDX_MAGIC:
-            self._idx.close()
+            self._close_idx()
             raise ValueError(f"{idx_path} is not a version 2 pack index")
         self._fanout = struct.unpack_from(">256I", self._idx, _FANOUT)
         self._count = self._fanout[255]
-        self.fd = os.open(idx_path.with_suffix(".pack"), os.O_RDONLY)
+        self._path = idx_path.with_suffix(".pack")
+        self._fd: int | None = None
         self._mmap: mmap.mmap | None = None
+
+    @property
+    def fd(self) -> int:
+        """The pack, opened at its first read; FileNotFoundError if a repack deleted it
+        since its idx was read (once open, it stays readable until close())."""
+        if self._fd is None:
+            self._fd = os.open(self._path, os.O_RDONLY)
+        return self._fd
 
     def mapped(self) -> memoryview:
         """The whole pack, mapped read-only (once; packs never change). Views of it keep the
@@ -91,9 +112,15 @@ class _Pack:
         return struct.unpack_from(">Q", self._idx, large)[0]
 
     def close(self) -> None:
-        os.close(self.fd)
-        self._idx.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._close_idx()
         self._mmap = None  # unmapped when the last piece handed out is gone
+
+    def _close_idx(self) -> None:
+        if isinstance(self._idx, mmap.mmap):
+            self._idx.close()
 
 
 class Blocks(NamedTuple):
@@ -214,12 +241,19 @@ class PackReader:
             key = bytes.fromhex(oid)
         except ValueError:
             return None
-        found = self._find(key)
-        if found is None:
+        for _ in range(2):
+            found = self._find(key)
+            if found is None:
+                return None
+            pack, offset = found
+            with self._lock:
+                try:
+                    mapped = pack.mapped()
+                    break
+                except FileNotFoundError:  # repacked away before its first read: look again
+                    self._drop(pack)
+        else:
             return None
-        pack, offset = found
-        with self._lock:
-            mapped = pack.mapped()
         walk = _stored_blocks(mapped, offset)
         span = (offset - _FAULT_AROUND, walk.end + _FAULT_AROUND)
         if walk.blocks is None:
@@ -242,6 +276,13 @@ class PackReader:
                     if offset is not None:
                         return pack, offset
         return None
+
+    def _drop(self, pack: _Pack) -> None:
+        """Forget a pack that is gone (under the lock)."""
+        for name, known in list(self._packs.items()):
+            if known is pack:
+                del self._packs[name]
+                pack.close()
 
     def _rescan(self) -> bool:
         """Open packs not seen before; True if there were any."""

@@ -23,6 +23,7 @@ from git_mgit.gitcmd import find_repo
 from git_mgit.modelfile import manifest as mf
 from git_mgit.store.lookup import LookupCache
 from git_mgit.transfer import guess
+from git_mgit.transfer.remotes import recorded_versions
 from tests.gitsandbox import (
     Remote,
     clone,
@@ -82,9 +83,13 @@ def test_a_guess_no_fetch_took_still_merges_the_lineage_notes(
     ahead = guess.Ahead()
     ahead.begin(find_repo(clone))
     ahead.drop()
-    assert run_git("for-each-ref", "refs/mgit/v/", cwd=clone).stdout  # what the guess brought
+    brought = run_git("for-each-ref", "--format=%(refname)", "refs/mgit/v/", cwd=clone).stdout
+    assert brought  # what the guess brought
     note = run_git("notes", "--ref=mgit", "show", f"HEAD:{MODEL}", cwd=clone).stdout
     assert note.strip() == '{"name":"tip"}'
+    # and what the listing found, for commands that stay offline (`git mgit ls-files`)
+    recorded = recorded_versions(find_repo(clone), "origin")
+    assert recorded is not None and set(brought.split()) <= set(recorded)
 
 
 def chunks_at(repo: Path, rev: str, path: str = MODEL) -> set[bytes]:

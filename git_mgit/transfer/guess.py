@@ -41,6 +41,7 @@ import subprocess
 import threading
 from collections.abc import Iterable
 
+from git_mgit.errors import MgitError
 from git_mgit.gitcmd import NO_PROMPT, GitError, Repo
 from git_mgit.store.lookup import VERSION_PREFIX
 from git_mgit.transfer import notes
@@ -50,10 +51,12 @@ from git_mgit.transfer.remotes import (
     default_remote,
     fetch_listing,
     protocol,
+    remembered,
 )
 
 _MANIFEST_SIZE = 1 << 20  # the blobs that may be manifests: no larger than this
 _GUESSES = 256  # a tree with more of them is not guessed from
+_LISTING_WAIT = 2.0  # seconds a listing no fetch took may still take, at the filter's end
 
 
 def begin(
@@ -112,12 +115,16 @@ class Ahead:
         return self._listings.pop(remote, None), self._guesses.pop(remote, None)
 
     def drop(self) -> None:
-        """Stop what no fetch took. A guess no fetch took still brought the lineage notes
+        """End what no fetch took. A guess no fetch took still brought the lineage notes
         (the objects came with it, before a file asked: nothing was left to fetch), so
-        they are merged here, as a fetch would have."""
+        they are merged here, as a fetch would have; and its listing, once it answers
+        (it began with the filter), is what offline commands read of the remote."""
         if self._started is not None:
             self._started.join()
         for listing in self._listings.values():
+            if self._repo is not None and listing.wait(_LISTING_WAIT):
+                with contextlib.suppress(MgitError):  # unreachable: nothing to record
+                    remembered(self._repo, listing)
             listing.close()
         self._listings.clear()
         for remote, guessed in self._guesses.items():

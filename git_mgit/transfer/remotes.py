@@ -116,11 +116,25 @@ class Listing:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
+        self._said: tuple[bytes, bytes] | None = None
+
+    def wait(self, timeout: float) -> bool:
+        """Whether git ls-remote has answered, waiting up to `timeout` seconds for it."""
+        try:
+            self._output(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _output(self, timeout: float | None = None) -> tuple[bytes, bytes]:
+        if self._said is None:  # read while waiting: a long listing fills the pipe
+            self._said = self._proc.communicate(timeout=timeout)
+        return self._said
 
     def refs(self) -> dict[str, str]:
         """refname -> object id of the remote's refs matching the patterns (git ls-remote
         globs); RemoteUnreachable when the remote could not be asked."""
-        out, err = self._proc.communicate()
+        out, err = self._output()
         if self._proc.returncode:
             detail = gist(err.decode("utf-8", "replace"), self._proc.returncode)
             shown = anonymized(self.remote)

@@ -149,6 +149,9 @@ def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each
     # the objects: one batch for HEAD's version, after the clone's own transfer
     clone_args = ("clone", "-q", store_remote.url, str(other))
     assert transfers(tmp_path, store_remote, *clone_args, cwd=tmp_path) == one_batch(store_remote)
+    # git-mgit's fetches inside git's clone leave housekeeping to git's own commands
+    started = [json.loads(e).get("name") for e in (tmp_path / "trace2.json").open()]
+    assert "maintenance" not in started
     assert (other / MODEL).read_bytes() == versions[-1]
     assert status_porcelain(other) == ""
     assert local_chunks(other) == chunks_at(other, "HEAD")  # the tip's objects, nothing else

@@ -47,6 +47,7 @@ from git_mgit.store.lookup import VERSION_PREFIX
 from git_mgit.transfer import notes
 from git_mgit.transfer.remotes import (
     KEEP_PACKS,
+    NO_MAINTENANCE,
     Listing,
     default_remote,
     fetch_listing,
@@ -77,7 +78,7 @@ def begin(
     negotiation = () if first else ("-c", "fetch.negotiationAlgorithm=noop")
     return subprocess.Popen(
         ["git", *KEEP_PACKS, *protocol(repo, remote), *negotiation, "fetch", "--quiet"]
-        + ["--no-tags", "--no-write-fetch-head"]
+        + ["--no-tags", "--no-write-fetch-head", NO_MAINTENANCE]
         + [remote]
         + [f"+{name}:{name}" for name in names]
         + [notes.notes_refspec(remote)],  # a glob: a remote without notes fails nothing

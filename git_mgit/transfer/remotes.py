@@ -37,6 +37,10 @@ from git_mgit.transfer.notes import NOTES_REF
 # Keep every fetched pack as it arrives: git unpacks small fetches into loose
 # objects, recompressing tensor objects and hiding them from the pack reader.
 KEEP_PACKS = ("-c", "fetch.unpackLimit=1")
+# A fetch git-mgit makes inside a git command (a checkout's objects, a clone's refs) leaves
+# git's housekeeping to git's own commands: `git maintenance run --auto` took 6 ms of a
+# fresh clone's way to its first download, and may start a gc in the middle of a checkout.
+NO_MAINTENANCE = "--no-auto-maintenance"
 
 
 class RemoteUnreachable(MgitError):
@@ -232,7 +236,9 @@ class Transfer:
         kept = KEEP_PACKS if self._packs is not None else ()
         verbosity = "--progress" if self._visible else "--quiet"
         self._proc = subprocess.Popen(
-            ["git", *kept, *config, self.command, verbosity, *rest],
+            ["git", *kept, *config, self.command, verbosity]
+            + ([NO_MAINTENANCE] if self._packs is not None else [])
+            + rest,
             cwd=_cwd(repo),
             stdout=subprocess.DEVNULL,
             stderr=None if self._visible else subprocess.PIPE,

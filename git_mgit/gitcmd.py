@@ -124,9 +124,9 @@ class _ConfigSnapshot:
         """(every pair in order, each key's last value)."""
         with self._lock:  # the store's opening thread reads it beside the push's
             if self._read is None:
-                cwd = repo.worktree or repo.git_dir
                 # as `git config --get` with check=False was read: unreadable is unset
-                pairs = parse_config_list(git_bytes("config", "-z", "--list", cwd=cwd, check=False))
+                listed = git_bytes("config", "-z", "--list", cwd=repo.cwd, check=False)
+                pairs = parse_config_list(listed)
                 self._read = pairs, dict(pairs)
             return self._read
 
@@ -164,16 +164,23 @@ class Repo:
         path.mkdir(exist_ok=True)
         return path
 
+    @property
+    def cwd(self) -> Path:
+        """Where git runs for this repository: its worktree, or its git dir when bare."""
+        return self.worktree or self.git_dir
+
     def git(self, *args: str, **kwargs) -> str:
-        return git(*args, cwd=self._cwd(args), **kwargs)
+        self._before(args)
+        return git(*args, cwd=self.cwd, **kwargs)
 
     def git_bytes(self, *args: str, **kwargs) -> bytes:
-        return git_bytes(*args, cwd=self._cwd(args), **kwargs)
+        self._before(args)
+        return git_bytes(*args, cwd=self.cwd, **kwargs)
 
-    def _cwd(self, args: tuple[str, ...]) -> Path:
+    def _before(self, args: tuple[str, ...]) -> None:
+        """Forget the config read before a git command that most likely writes it."""
         if args[:1] == ("config",) or (args[:1] == ("remote",) and args[1:2] in _REMOTE_WRITES):
-            self._config.forget()  # most likely a write: the next read sees it
-        return self.worktree or self.git_dir
+            self._config.forget()
 
     def config(self, key: str) -> str | None:
         """`git config --get key` (its last value; None where unset), from one snapshot of

@@ -156,7 +156,7 @@ class _Converter:
         )
         size, disk = (int(x) for x in info.split())
         with subprocess.Popen(
-            ["git", "cat-file", "blob", oid], cwd=self.repo.worktree or self.repo.git_dir,
+            ["git", "cat-file", "blob", oid], cwd=self.repo.cwd,
             stdout=subprocess.PIPE,
         ) as proc:  # fmt: skip
             assert proc.stdout is not None
@@ -232,7 +232,7 @@ class _Converter:
             return self._to_lfs(m, path)
         with subprocess.Popen(
             ["git", "hash-object", "-w", "--stdin", "--no-filters"],
-            cwd=self.repo.worktree or self.repo.git_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            cwd=self.repo.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         ) as proc:  # fmt: skip
             assert proc.stdin is not None and proc.stdout is not None
             smudge(m, path, self.store, proc.stdin.write)
@@ -353,7 +353,7 @@ def run(
         raise MigrateError("the working tree has changes: commit or stash them first")
     progress = Progress(f"git-mgit: migrate {mode}: converting file versions")
     conv = _Converter(repo, patterns, mode, progress)
-    cwd = repo.worktree or repo.git_dir
+    cwd = repo.cwd
     export = subprocess.Popen(
         ["git", "fast-export", "--no-data", "--signed-tags=strip", "--reencode=no",
          "--tag-of-filtered-object=rewrite", *refs],

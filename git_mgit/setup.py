@@ -52,8 +52,10 @@ LEGACY_OBJECTS_REFSPEC = f"+{ANCHOR_PREFIX}*:{ANCHOR_PREFIX}*"
 # --- git config helpers ---------------------------------------------------
 
 
-def _cwd(repo: Repo | None) -> Path | None:
-    return (repo.worktree or repo.git_dir) if repo else None
+def _config(repo: Repo | None, *args: str, check: bool = True) -> str:
+    """`git config ARGS` in `repo` (through it, so that its read of git config is redone),
+    or outside any repository."""
+    return repo.git("config", *args, check=check) if repo else git("config", *args, check=check)
 
 
 def _read_config(repo: Repo | None, *args: str) -> list[tuple[str, str, str]]:
@@ -62,7 +64,7 @@ def _read_config(repo: Repo | None, *args: str) -> list[tuple[str, str, str]]:
     Keys come back as git prints them: section and name lower-cased, subsection
     (a remote's name) as written. No match is not an error.
     """
-    out = git("config", "--show-scope", "-z", *args, cwd=_cwd(repo), check=False)
+    out = _config(repo, "--show-scope", "-z", *args, check=False)
     tokens = out.split("\0")[:-1]  # every entry ends in NUL
     entries = []
     for scope, item in zip(tokens[0::2], tokens[1::2], strict=True):
@@ -81,7 +83,7 @@ def _scope_repo(scope: str, repo: Repo | None) -> Repo | None:
 def _remove_empty_section(scope: str, section: str, repo: Repo | None) -> None:
     """Drop a section we emptied; git removes most empty headers itself on --unset
     but keeps one that holds comments, and then this call fails harmlessly."""
-    git("config", f"--{scope}", "--remove-section", section, cwd=_cwd(repo), check=False)
+    _config(repo, f"--{scope}", "--remove-section", section, check=False)
 
 
 def install_config(
@@ -110,7 +112,7 @@ def install_config(
             "re-run with --force to replace them with git-mgit's"
         )
     for key in todo:
-        git("config", f"--{scope}", "--replace-all", key, FILTER_CONFIG[key], cwd=_cwd(at))
+        _config(at, f"--{scope}", "--replace-all", key, FILTER_CONFIG[key])
     return [f"{scope} config: set {key} = {FILTER_CONFIG[key]}" for key in todo]
 
 
@@ -127,7 +129,7 @@ def uninstall_config(scope: str = "global", repo: Repo | None = None) -> list[st
         if ours is None:
             continue
         if all(v == ours for v in have):
-            git("config", f"--{scope}", "--unset-all", key, cwd=_cwd(at))
+            _config(at, f"--{scope}", "--unset-all", key)
             removed.add(key)
             changes.append(f"{scope} config: removed {key}")
         else:

@@ -143,7 +143,7 @@ class Catalog:
                 self._tensors[v] = self._folder_tensors(v)
 
     def _folder_tensors(self, version: str) -> Tensors:
-        reader = ObjectReader(self.repo.worktree or self.repo.git_dir)
+        reader = ObjectReader(self.repo.cwd)
         try:
             shards = contents.manifests(self.repo, reader, version, "folder")
         except MgitError:  # shards not here

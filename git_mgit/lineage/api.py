@@ -252,7 +252,7 @@ def _is_ancestor(repo: Repo, commit: str) -> bool:
     return (
         subprocess.run(
             ["git", "merge-base", "--is-ancestor", commit, "HEAD"],
-            cwd=repo.worktree or repo.git_dir,
+            cwd=repo.cwd,
             capture_output=True,
         ).returncode
         == 0

@@ -86,7 +86,7 @@ def stored_size(store: ChunkStore, ms: dict[str, mf.Manifest]) -> tuple[int, int
 def versions_at(repo: Repo, folders: Iterable[str], rev: str) -> dict[str, str]:
     """version id -> path for every model a revision holds: tracked files and model folders."""
     folders = list(folders)
-    reader = ObjectReader(repo.worktree or repo.git_dir)
+    reader = ObjectReader(repo.cwd)
     try:
         files = [f for f in tracked_files(repo, reader, rev) if f.manifest is not None]
     finally:

@@ -60,7 +60,7 @@ class ChunkStore:
     def __init__(self, repo: Repo) -> None:
         self.repo = repo
         self.cache = LookupCache(repo)
-        self.reader = ObjectReader(repo.worktree or repo.git_dir)
+        self.reader = ObjectReader(repo.cwd)
         self.packs = PackReader(repo.objects_dir)
         self._pack: PackWriter | None = None
         self._pending: dict[bytes, _Written] = {}  # content hash -> object, until flush()

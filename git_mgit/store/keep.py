@@ -34,8 +34,7 @@ def mark(pack: Path) -> None:
 
 def packs(objects_dir: Path) -> set[str]:
     """Names of the packs in `objects_dir`, to tell the new ones after a fetch."""
-    folder = objects_dir / "pack"
-    return {p.name for p in folder.glob("*.pack")} if folder.is_dir() else set()
+    return {p.name for p in (objects_dir / "pack").glob("*.pack")}
 
 
 def mark_new(objects_dir: Path, before: set[str]) -> None:
@@ -44,10 +43,9 @@ def mark_new(objects_dir: Path, before: set[str]) -> None:
     folder = objects_dir / "pack"
     for name in sorted(packs(objects_dir) - before):
         pack = folder / name
-        if not (pack.with_suffix(".keep").exists() or pack.with_suffix(".mtimes").exists()):
-            with contextlib.suppress(FileNotFoundError):  # repacked away meanwhile
-                if pack.with_suffix(".idx").exists():
-                    mark(pack)
+        kept = pack.with_suffix(".keep").exists() or pack.with_suffix(".mtimes").exists()
+        if not kept and pack.with_suffix(".idx").exists():  # not repacked away meanwhile
+            mark(pack)
     midx.refresh(objects_dir)
 
 

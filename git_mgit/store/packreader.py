@@ -61,6 +61,7 @@ class _Pack:
             raise ValueError(f"{idx_path} is not a version 2 pack index")
         self._fanout = struct.unpack_from(">256I", self._idx, _FANOUT)
         self._count = self._fanout[255]
+        self.name = idx_path.name
         self._path = idx_path.with_suffix(".pack")
         self._fd: int | None = None
         self._mmap: mmap.mmap | None = None
@@ -241,19 +242,10 @@ class PackReader:
             key = bytes.fromhex(oid)
         except ValueError:
             return None
-        for _ in range(2):
-            found = self._find(key)
-            if found is None:
-                return None
-            pack, offset = found
-            with self._lock:
-                try:
-                    mapped = pack.mapped()
-                    break
-                except FileNotFoundError:  # repacked away before its first read: look again
-                    self._drop(pack)
-        else:
+        found = self._mapped(key)
+        if found is None:
             return None
+        pack, offset, mapped = found
         walk = _stored_blocks(mapped, offset)
         span = (offset - _FAULT_AROUND, walk.end + _FAULT_AROUND)
         if walk.blocks is None:
@@ -277,12 +269,21 @@ class PackReader:
                         return pack, offset
         return None
 
-    def _drop(self, pack: _Pack) -> None:
-        """Forget a pack that is gone (under the lock)."""
-        for name, known in list(self._packs.items()):
-            if known is pack:
-                del self._packs[name]
-                pack.close()
+    def _mapped(self, oid: bytes) -> tuple[_Pack, int, memoryview] | None:
+        """The object's pack, its offset there, and the pack mapped; a pack repacked away
+        before its first read is forgotten, and the object looked for again."""
+        for _ in range(2):
+            found = self._find(oid)
+            if found is None:
+                return None
+            pack, offset = found
+            with self._lock:
+                try:
+                    return pack, offset, pack.mapped()
+                except FileNotFoundError:
+                    self._packs.pop(pack.name, None)  # unless another thread did
+                    pack.close()
+        return None
 
     def _rescan(self) -> bool:
         """Open packs not seen before; True if there were any."""

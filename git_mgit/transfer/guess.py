@@ -82,7 +82,7 @@ def begin(
         + [remote]
         + [f"+{name}:{name}" for name in names]
         + [notes.notes_refspec(remote)],  # a glob: a remote without notes fails nothing
-        cwd=repo.worktree or repo.git_dir,
+        cwd=repo.cwd,
         env={**os.environ, **NO_PROMPT},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -48,7 +48,7 @@ def git_dir_at(repo: Repo, url: str) -> Path | None:
     else:
         path = Path(url)
         if not path.is_absolute():
-            path = ((repo.worktree or repo.git_dir) / path).resolve()
+            path = (repo.cwd / path).resolve()
     for git_dir in (path, path / ".git"):
         if (git_dir / "objects").is_dir() and (git_dir / "HEAD").is_file():
             if not (git_dir / "objects" / "info" / "alternates").exists():

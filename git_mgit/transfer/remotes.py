@@ -114,7 +114,7 @@ class Listing:
         self._patterns = list(patterns) if v0 else None
         self._proc = subprocess.Popen(
             ["git", *v0, "ls-remote", remote, *([] if v0 else patterns)],
-            cwd=_cwd(repo),
+            cwd=repo.cwd,
             env={**os.environ, **env} if env else None,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -202,10 +202,6 @@ def fetch_listing(repo: Repo, remote: str, env: Mapping[str, str] | None = None)
     return Listing(repo, remote, (f"{VERSION_PREFIX}*", *_FETCH_PATTERNS), env)
 
 
-def _cwd(repo: Repo) -> os.PathLike[str]:
-    return repo.worktree or repo.git_dir
-
-
 def transfer(repo: Repo, *args: str) -> None:
     """Run a `git fetch` or `git push` whose progress shows on a terminal (quiet otherwise).
 
@@ -231,15 +227,15 @@ class Transfer:
         self._visible = sys.stderr.isatty()
         self.command, *rest = args
         self._repo = repo
+        fetch = self.command == "fetch"
         # a fetch's packs are kept from git gc --auto, as the packs git-mgit writes are
-        self._packs = keep.packs(repo.objects_dir) if self.command == "fetch" else None
-        kept = KEEP_PACKS if self._packs is not None else ()
+        self._packs = keep.packs(repo.objects_dir) if fetch else None
         verbosity = "--progress" if self._visible else "--quiet"
         self._proc = subprocess.Popen(
-            ["git", *kept, *config, self.command, verbosity]
-            + ([NO_MAINTENANCE] if self._packs is not None else [])
+            ["git", *(KEEP_PACKS if fetch else ()), *config, self.command, verbosity]
+            + ([NO_MAINTENANCE] if fetch else [])
             + rest,
-            cwd=_cwd(repo),
+            cwd=repo.cwd,
             stdout=subprocess.DEVNULL,
             stderr=None if self._visible else subprocess.PIPE,
             pass_fds=fds,

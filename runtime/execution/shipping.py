@@ -154,5 +154,5 @@ def _remote(repo: Repo) -> tuple[str | None, Published]:
         return None, Published([])
     url = repo.git("remote", "get-url", name)
     if "://" not in url and ":" not in url.split("/")[0]:
-        url = Path(repo.worktree or repo.git_dir, url).resolve().as_uri()  # a path: absolute
+        url = Path(repo.cwd, url).resolve().as_uri()  # a path: absolute
     return url, Published.from_listing(listing)

@@ -89,7 +89,7 @@ def _lfsconfig(repo: Repo, cwd: Path) -> list[tuple[str, str]]:
 
 def load(repo: Repo) -> LfsConfig:
     """Everything git config says, over the safe keys of the committed .lfsconfig."""
-    cwd = repo.worktree or repo.git_dir
+    cwd = repo.cwd
     values: dict[str, list[str]] = {}
     origins: dict[str, str] = {}
     for key, value in _lfsconfig(repo, cwd):

@@ -102,7 +102,7 @@ class LfsStore(BlobStore):
         return cls(
             download,
             upload,
-            cwd=repo.worktree or repo.git_dir,
+            cwd=repo.cwd,
             config=config,
             modes=modes,
             remote_proxy=None if proxy is None else (setting, proxy),

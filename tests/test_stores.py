@@ -122,6 +122,26 @@ def test_which_store_a_remote_uses_and_why(tmp_path: Path) -> None:
     assert (choose("origin").kind, choose("corp").kind) == ("refs", "refs")
     assert choose("hub").kind == choose("gh").kind == "lfs"
     assert "huggingface.co runs Git LFS" in choose("hub").reason
+    # this repository's own use of git-lfs: every remote git-lfs could push to has an endpoint
+    attributes = root / ".gitattributes"
+    tracked = attributes.read_text()
+    attributes.write_text(
+        tracked + "# *.bin filter=lfs\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+    )
+    assert choose("corp").kind == "lfs" and "tracks files with git-lfs" in choose("corp").reason
+    assert choose("origin").kind == "refs"  # file://: git-lfs's standalone adapter, no endpoint
+    attributes.write_text(tracked + "# *.bin filter=lfs\n")
+    assert choose("corp").kind == "refs"
+    kept = root / ".git" / "lfs" / "objects" / "ab" / "cd" / ("abcd" + "0" * 60)
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"an object git-lfs smudged")
+    assert "keeps objects" in choose("corp").reason and choose("origin").kind == "refs"
+    shutil.rmtree(root / ".git" / "lfs")
+    assert choose("corp").kind == "refs"
+    access = "lfs.https://git.example.invalid/org/model.git/info/lfs.access"
+    run_git("config", access, "basic", cwd=root)
+    assert choose("corp").kind == "lfs" and access in choose("corp").reason
+    run_git("config", "--unset", access, cwd=root)
     run_git("config", "remote.corp.lfsurl", "https://lfs.example.invalid/org/model", cwd=root)
     assert choose("corp").kind == "lfs" and "configured" in choose("corp").reason
     run_git("config", "mgit.store", "s3://team-models/base", cwd=root)
@@ -352,7 +372,8 @@ def test_the_quick_start_on_a_repository_the_hub_made_with_git_lfs(
     (work / MODEL).write_bytes(v2)
     run_git("add", ".gitattributes", MODEL, cwd=work)
     run_git("commit", "-q", "-m", "v2", cwd=work)
-    run_git("config", "mgit.store", "lfs", cwd=work)  # not on huggingface.co, whose host says it
+    # not on huggingface.co, whose host says it: the repository's own use of git-lfs says it
+    assert "Git LFS at" in mgit("store", cwd=work).stdout
     run_git("push", "-q", "origin", "main", cwd=work)
 
     fresh = clone(url, tmp_path / "fresh")
@@ -366,6 +387,33 @@ def test_the_quick_start_on_a_repository_the_hub_made_with_git_lfs(
     )
 
 
+def test_a_guessed_lfs_store_that_is_not_there_says_how_to_keep_version_refs(
+    http_remote, tmp_path: Path
+) -> None:
+    """A repository that tracks files with git-lfs, pushed to a plain git server over HTTP:
+    `mgit.store auto` takes git-lfs's use as a sign of an endpoint, the server has none,
+    and the push stops with one line that says why that store was chosen and the setting
+    that keeps the tensors in git; with it, the push and a fresh clone work."""
+    root = init_mgit_repo(tmp_path / "src")
+    attributes = root / ".gitattributes"
+    attributes.write_text(attributes.read_text() + "*.bin filter=lfs diff=lfs merge=lfs -text\n")
+    versions = series(2)
+    commits = commit_versions(root, versions)
+    run_git("remote", "add", "origin", http_remote.url, cwd=root)
+    refused = run_git("push", "-q", "origin", "main", cwd=root, check=False)
+    assert refused.returncode != 0
+    said = [line for line in refused.stderr.splitlines() if line.startswith("git-mgit:")]
+    assert len(said) == 1 and "HTTP 404" in said[0], refused.stderr
+    assert "`git config remote.origin.mgitStore refs`" in said[0]
+    assert "tracks files with git-lfs" in said[0]
+    assert run_git("ls-remote", http_remote.url, cwd=root).stdout == ""  # nothing sent
+    run_git("config", "remote.origin.mgitStore", "refs", cwd=root)
+    run_git("push", "-q", "origin", "main", cwd=root)
+    fresh = clone(http_remote.url, tmp_path / "fresh")
+    assert (fresh / MODEL).read_bytes() == versions[-1]
+    assert run_git("rev-parse", "HEAD", cwd=fresh).stdout.strip() == commits[-1]
+
+
 def test_git_lfs_and_git_mgit_side_by_side(lfs_server, tmp_path: Path) -> None:
     """git-lfs tracks *.bin, git-mgit *.safetensors, in one repository on one LFS server:
     both filters and both pre-push hooks work, and a fresh clone has both files."""
@@ -377,8 +425,7 @@ def test_git_lfs_and_git_mgit_side_by_side(lfs_server, tmp_path: Path) -> None:
     run_git("init", "-q", cwd=root)
     run_git("lfs", "install", "--local", cwd=root)
     init_mgit_repo(root)  # git mgit install + track, after git-lfs: its hooks are chained
-    run_git("config", "mgit.store", "lfs", cwd=root)
-    run_git("lfs", "track", "*.bin", cwd=root)
+    run_git("lfs", "track", "*.bin", cwd=root)  # mgit.store auto: git-lfs's remote has LFS
     blob = os.urandom(300_000)
     (root / "data.bin").write_bytes(blob)
     versions = series(2)

@@ -21,6 +21,7 @@ from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer import history, layout, notes, publish
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.remotes import Listing, push_listing, remember, remembered
+from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.choice import REFS, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
 from git_mgit.transfer.stores.pointers import pointed
@@ -136,12 +137,17 @@ def _push_versions(
         _trace(f"{len(plan.choices)} versions to publish to the {report.store.kind} store")
         target = store_for(repo, remote, report.store, opening)
         report.replaced = list(plan.replaced.values())
-        with target.sending(store, there) as receiver:  # a blob store's uploads begin meanwhile
-            report.published = publish.write(store, cands, plan, receiver, read)
-            _trace(f"written: {sum(len(w.objects) for w in report.published)} objects")
-            sent = target.publish(
-                store, report.published, listing, report.replaced, push_limit(repo)
-            )
+        try:
+            with target.sending(store, there) as receiver:  # a blob store's uploads begin meanwhile
+                report.published = publish.write(store, cands, plan, receiver, read)
+                _trace(f"written: {sum(len(w.objects) for w in report.published)} objects")
+                sent = target.publish(
+                    store, report.published, listing, report.replaced, push_limit(repo)
+                )
+        except BlobStoreError as exc:
+            if exc.absent and report.store.guessed:
+                raise BlobStoreError(_not_there(repo, remote, report.store, exc)) from exc
+            raise
         report.pushes, report.sent, report.uploaded = sent.pushes, sent.bytes, sent.uploaded
         _trace(f"sent: {sent.uploaded} objects uploaded, {sent.pushes} git pushes")
         # what it holds now, for commands that stay offline
@@ -151,6 +157,18 @@ def _push_versions(
     finally:
         store.close()
     return report
+
+
+def _not_there(repo: Repo, remote: str, store: Choice, exc: BlobStoreError) -> str:
+    """A store `mgit.store auto` only guessed is not there: say why it was chosen, and how to
+    keep the tensor objects in the remote's git repository instead."""
+    named = repo.config(f"remote.{remote}.url") is not None  # else a URL, pushed to as it is
+    key = f"remote.{remote}.mgitStore" if named else "mgit.store"
+    return (
+        f"{exc}; or, where {remote} has no such store, keep tensor objects in its git "
+        f"repository: `git config {key} refs` (git-mgit chose {store.describe()} because "
+        f"{store.reason})"
+    )
 
 
 def candidates(

@@ -98,6 +98,8 @@ class Pointer:
 class BlobStoreError(MgitError):
     """A blob store refused, failed or served bad bytes (one line: what, where, what to do)."""
 
+    absent = False  # the store itself is not there (an LFS endpoint answering 404)
+
 
 class BlobStore(ABC):
     """Where a pointer store's object bytes live."""

@@ -10,8 +10,9 @@ In order, the first that says:
    `git mgit store migrate` and by the first push to a pointer store), so
    every clone of a migrated repository follows it with no setup;
 3. Git LFS when the remote has an LFS endpoint someone configured
-   (`remote.<name>.lfsurl`, `lfs.url`, `.lfsconfig`) or is on a host known
-   to run one (Hugging Face, GitHub, GitLab, Bitbucket);
+   (`remote.<name>.lfsurl`, `lfs.url`, `.lfsconfig`), is on a host known
+   to run one (Hugging Face, GitHub, GitLab, Bitbucket), or is one this
+   repository's own use of git-lfs needs (lfs/inuse.py);
 4. version refs in the remote's own git repository.
 """
 
@@ -32,6 +33,7 @@ class Choice:
     kind: str  # refs, lfs or s3
     url: str  # what pointer refs record: "lfs", or "s3://bucket/prefix?endpoint=...&region=..."
     reason: str  # why this store, for people
+    guessed: bool = False  # from this repository's use of git-lfs: the remote may have none
 
     def describe(self) -> str:
         return {REFS: "version refs in its git repository", LFS: "its Git LFS endpoint"}.get(
@@ -81,13 +83,18 @@ def choose(repo: Repo, remote: str, recorded: str | None = None) -> Choice:
             return _choice(repo, url, f"git config {key}")
     if recorded:
         return _choice(repo, recorded, f"the remote records it ({RECORD_REF})")
+    from git_mgit.transfer.stores.lfs import gitconfig
     from git_mgit.transfer.stores.lfs.endpoint import endpoint_for
+    from git_mgit.transfer.stores.lfs.inuse import uses_lfs
 
-    endpoint = endpoint_for(repo, remote)
+    config = gitconfig.load(repo)
+    endpoint = endpoint_for(repo, remote, config=config)
     if endpoint is not None and endpoint.configured:
         return Choice(LFS, LFS, f"an LFS URL is configured ({endpoint.source})")
     if endpoint is not None and endpoint.known_host:
         return Choice(LFS, LFS, f"{endpoint.host} runs Git LFS for every repository")
+    if endpoint is not None and (why := uses_lfs(repo, endpoint, config)):
+        return Choice(LFS, LFS, why, guessed=True)
     return Choice(REFS, REFS, "a plain git remote: no Git LFS endpoint configured or known")
 
 

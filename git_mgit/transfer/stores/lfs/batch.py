@@ -56,6 +56,7 @@ class BatchRefused(BlobStoreError):
     def __init__(self, text: str, status: int, message: str) -> None:
         super().__init__(text)
         self.status, self.message = status, message
+        self.absent = status == 404
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,12 @@ from git_mgit.gitcmd import Repo
 from git_mgit.modelfile import manifest as mf
 from git_mgit.modelfile.clean import clean
 from git_mgit.modelfile.smudge import smudge
+from git_mgit.setup import FROM_LFS, GIT_LFS_ATTRS, TRACK_ATTRS
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.safetensors_format import GIT_LFS_SPEC
 
-MGIT_ATTRS = "filter=mgit diff=mgit merge=mgit -text"
-LFS_ATTRS = "filter=lfs diff=lfs merge=lfs -text"
+MGIT_ATTRS = " ".join(TRACK_ATTRS)
+LFS_ATTRS = " ".join(GIT_LFS_ATTRS)
 _OWN_ATTRS = ("filter=", "diff=", "merge=")
 _SHA1 = re.compile(rb"[0-9a-f]{40}")
 _LFS_POINTER = re.compile(rb"oid sha256:([0-9a-f]{64})\nsize (\d+)\n")
@@ -102,6 +103,9 @@ def rewrite_attributes(text: str, patterns: list[str], mode: str) -> str:
     out, seen = [], set()
     for line in text.splitlines():
         fields = line.split()
+        taken = line.strip()[len(FROM_LFS) :].split() if line.strip().startswith(FROM_LFS) else []
+        if taken and taken[0] in patterns:
+            continue  # `git mgit track`'s note of git-lfs's line: the rewrite decides the pattern
         if fields and not fields[0].startswith("#") and fields[0] in patterns:
             rest = [
                 a for a in fields[1:] if not a.startswith(_OWN_ATTRS) and a not in ("-text", "text")

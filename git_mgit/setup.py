@@ -42,8 +42,10 @@ ATTR_COMMENT = "# git-mgit: object trees are already compressed; never delta the
 ATTR_LINE = "[0-9a-f][0-9a-f]/[0-9a-f][0-9a-f]/[0-9a-f]* -delta"
 
 TRACK_ATTRS = ("filter=mgit", "diff=mgit", "merge=mgit", "-text")
-# what `git lfs track` writes: `git mgit track` of the same pattern takes the files over
+# what `git lfs track` writes: `git mgit track` of the same pattern takes the files over,
+# keeping git-lfs's line in a comment above its own, which `git mgit untrack` puts back
 GIT_LFS_ATTRS = ("filter=lfs", "diff=lfs", "merge=lfs", "-text")
+FROM_LFS = "# git-mgit tracks the next pattern in place of git-lfs's line: "
 
 # Earlier versions fetched every object with every fetch; objects now come on demand.
 LEGACY_OBJECTS_REFSPEC = f"+{ANCHOR_PREFIX}*:{ANCHOR_PREFIX}*"
@@ -377,9 +379,12 @@ def track(repo: Repo, patterns: list[str], force: bool = False) -> list[tuple[st
             lines.append(f"{token} {want}")
             results.append((pattern, "added"))
         elif git_lfs or force:
+            theirs = lines[at[0]].strip()
             lines[at[0]] = f"{token} {want}"
             for i in reversed(at[1:]):
                 del lines[i]
+            if git_lfs:
+                lines.insert(at[0], FROM_LFS + theirs)
             results.append((pattern, "from-lfs" if git_lfs else "replaced"))
         else:
             conflicts.append(f'"{lines[at[-1]].strip()}"')
@@ -392,23 +397,35 @@ def track(repo: Repo, patterns: list[str], force: bool = False) -> list[tuple[st
     return results
 
 
-def untrack(repo: Repo, patterns: list[str]) -> None:
-    """Remove the top-level .gitattributes lines that track `patterns`; all or nothing."""
+def untrack(repo: Repo, patterns: list[str]) -> list[tuple[str, str]]:
+    """Remove the top-level .gitattributes lines that track `patterns`; all or nothing.
+
+    Returns (pattern, "removed" | "to-lfs") per pattern: a pattern `track` took over from
+    git-lfs gets git-lfs's line back, as it was.
+    """
     path = _attributes_file(repo)
     lines, newline = _read_lines(path)
     parsed = [_split(line) for line in lines]
-    drop, missing = set(), []
+    drop, missing, results = set(), [], []
     for pattern in dict.fromkeys(patterns):
         tokens = {pattern, escape_pattern(pattern)}
         found = {i for i, (p, attrs) in enumerate(parsed) if p in tokens and "filter=mgit" in attrs}
         if not found:
             missing.append(f'"{pattern}"')
+        given_back = False
+        for i in found:
+            above = lines[i - 1].strip() if i else ""
+            theirs = above[len(FROM_LFS) :]
+            if above.startswith(FROM_LFS) and _split(theirs)[0] in tokens:
+                lines[i - 1], given_back = theirs, True
+        results.append((pattern, "to-lfs" if given_back else "removed"))
         drop |= found
     if missing:
         raise MgitError(
             f"{', '.join(missing)} not tracked by git-mgit in {path}; see git mgit track"
         )
     _write_lines(path, [line for i, line in enumerate(lines) if i not in drop], newline)
+    return results
 
 
 def tracked_patterns(repo: Repo) -> list[tuple[str, str]]:

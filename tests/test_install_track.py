@@ -424,12 +424,27 @@ def test_track_takes_a_pattern_over_from_git_lfs(repo, capsys):
     assert rc == 0
     assert 'Tracking "*.safetensors" in place of git-lfs' in out
     assert "git mgit migrate import" in out
-    assert (repo / ".gitattributes").read_text() == (
+    taken = (
         "*.bin filter=lfs diff=lfs merge=lfs -text\n"
+        "# git-mgit tracks the next pattern in place of git-lfs's line: "
+        "*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
         "*.safetensors filter=mgit diff=mgit merge=mgit -text\n"
     )
+    assert (repo / ".gitattributes").read_text() == taken
     assert set(attrs(repo, "m.safetensors").splitlines()) == TRACKED
     assert mgit(capsys, "track", "*.safetensors")[1].strip() == '"*.safetensors" is already tracked'
+    assert (repo / ".gitattributes").read_text() == taken
+
+    # untrack gives the pattern back to git-lfs, as `git lfs track` had written it
+    rc, out, _ = mgit(capsys, "untrack", "*.safetensors")
+    assert rc == 0 and "git-lfs tracks it again" in out
+    assert (repo / ".gitattributes").read_text() == (
+        "*.bin filter=lfs diff=lfs merge=lfs -text\n"
+        "*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
+    )
+    assert "filter: lfs" in attrs(repo, "m.safetensors")
+    assert mgit(capsys, "track", "*.safetensors")[0] == 0  # and takes it over once more
+    assert (repo / ".gitattributes").read_text() == taken
 
 
 def test_untrack_of_an_untracked_pattern_changes_nothing(repo, capsys):

@@ -10,6 +10,7 @@ import pytest
 from safetensors.numpy import save
 
 from git_mgit.migrate import matches, rewrite_attributes
+from git_mgit.setup import FROM_LFS
 from tests.gitsandbox import run_git
 from tests.mgitrepo import mgit, model_bytes, status_porcelain, tensors_of
 
@@ -125,6 +126,9 @@ def test_attribute_rewriting_and_pattern_matching() -> None:
         == "*.bin filter=mgit diff=mgit merge=mgit -text\n"
     )
     assert rewrite_attributes(got, ["*.safetensors"], "plain") == "*.png binary\n"
+    taken = f"{FROM_LFS}*.safetensors filter=lfs diff=lfs merge=lfs -text\n{got}"
+    assert rewrite_attributes(taken, ["*.safetensors"], "lfs") == lfs  # track's note goes
+    assert rewrite_attributes(taken, ["*.png"], "plain") == taken  # another pattern: it stays
     assert matches("a/b/m.safetensors", ["*.safetensors"])
     assert matches("models/m.bin", ["models/*.bin"]) and not matches(
         "x/models/m.bin", ["models/*.bin"]

@@ -1,4 +1,5 @@
-"""Stop tracking a pattern: remove its line from the top-level .gitattributes."""
+"""Stop tracking a pattern: remove its line from the top-level .gitattributes (giving a
+pattern taken over from git-lfs back to git-lfs)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    setup.untrack(find_repo(), args.patterns)
-    for pattern in dict.fromkeys(args.patterns):
-        print(f'Untracking "{pattern}"')
+    for pattern, status in setup.untrack(find_repo(), args.patterns):
+        also = " (git-lfs tracks it again, as before git mgit track)" if status == "to-lfs" else ""
+        print(f'Untracking "{pattern}"{also}')
     return 0

@@ -14,13 +14,14 @@ import resource
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
 import pytest
 
 from git_mgit.gitcmd import find_repo
-from git_mgit.store import keep
+from git_mgit.store import keep, midx
 from git_mgit.store.gitobjects import object_id
 from git_mgit.store.packreader import PackReader, _Pack
 from git_mgit.store.packwriter import PackWriter, encode_idx, entry_header
@@ -120,6 +121,7 @@ def test_a_reader_holds_descriptors_only_for_the_packs_it_reads(repo: Path) -> N
 
 READ_EVERY_PACK = """
 import sys
+import time
 from pathlib import Path
 from git_mgit.resources.files import allow_open_files
 from git_mgit.store.packreader import PackReader
@@ -300,5 +302,118 @@ def test_stored_blocks_of_any_size_with_empty_ones_between(tmp_path: Path) -> No
     reader = PackReader(tmp_path / "objects")
     try:
         assert_ranges_read_right(reader, oid.hex(), data, 8)
+    finally:
+        reader.close()
+
+
+def test_the_multi_pack_index_answers_for_the_packs_it_covers(repo: Path) -> None:
+    """Past midx.UNINDEXED packs, the writer has git write a multi-pack-index; the reader
+    then finds their objects through it, without reading their .idx files (damaged here, so
+    a reader that read them would find nothing), and the newer packs through their own."""
+    blobs = [bytes([i]) * 70_000 for i in range(midx.UNINDEXED + 3)]
+    oids = [write_blobs(repo, [b])[0] for b in blobs]
+    index = midx.MultiPackIndex.read(objects_dir(repo))
+    assert index is not None and len(index.names) == midx.UNINDEXED
+    covered = set(index.names)
+    index.close()
+    for idx in (objects_dir(repo) / "pack").glob("*.idx"):
+        if idx.name in covered:
+            idx.chmod(0o644)
+            idx.write_bytes(b"not an index")
+    reader = PackReader(objects_dir(repo))
+    try:
+        for oid, data in zip(oids, blobs, strict=True):
+            assert bytes(reader.read(oid.hex()) or b"") == data
+        assert reader.read("0" * 40) is None
+        more = [bytes([200 + i]) * 70_000 for i in range(midx.UNINDEXED)]  # a new index
+        for data, oid in zip(more, [write_blobs(repo, [b])[0] for b in more], strict=True):
+            assert bytes(reader.read(oid.hex()) or b"") == data
+    finally:
+        reader.close()
+
+
+def test_a_multi_pack_index_naming_a_pack_gone_leaves_its_objects_to_git(repo: Path) -> None:
+    oids = [write_blobs(repo, [bytes([i]) * 70_000])[0] for i in range(midx.UNINDEXED)]
+    index = midx.MultiPackIndex.read(objects_dir(repo))
+    assert index is not None
+    name, _ = index.find(oids[0]) or ("", 0)
+    index.close()
+    (objects_dir(repo) / "pack" / name).with_suffix(".pack").unlink()
+    reader = PackReader(objects_dir(repo))
+    try:
+        assert reader.read(oids[0].hex()) is None
+        assert bytes(reader.read(oids[1].hex()) or b"") == bytes([1]) * 70_000
+    finally:
+        reader.close()
+
+
+def _multi_pack_index(names: list[str], rows: list[tuple[bytes, int, int]], large: bool) -> bytes:
+    """A multi-pack-index as gitformat-pack describes it: rows (oid, pack, offset)."""
+    rows = sorted(rows)
+    pnam = b"".join(n.encode() + b"\0" for n in sorted(names))
+    pnam += b"\0" * (-len(pnam) % 4)
+    oidf = struct.pack(">256I", *(sum(r[0][0] <= b for r in rows) for b in range(256)))
+    oidl = b"".join(r[0] for r in rows)
+    ooff, loff = b"", b""
+    for _, pack, offset in rows:
+        if large and offset >= 2**31:
+            ooff += struct.pack(">II", pack, 0x80000000 | len(loff) // 8)
+            loff += struct.pack(">Q", offset)
+        else:
+            ooff += struct.pack(">II", pack, offset)
+    chunks = [(b"PNAM", pnam), (b"OIDF", oidf), (b"OIDL", oidl), (b"OOFF", ooff)]
+    chunks += [(b"LOFF", loff)] if loff else []
+    at = 12 + 12 * (len(chunks) + 1)
+    table = b""
+    for ident, body in chunks:
+        table += struct.pack(">4sQ", ident, at)
+        at += len(body)
+    table += struct.pack(">4sQ", b"\0" * 4, at)
+    head = struct.pack(">4sBBBBI", b"MIDX", 1, 1, len(chunks), 0, len(names))
+    body = head + table + b"".join(b for _, b in chunks)
+    return body + hashlib.sha1(body).digest()
+
+
+@pytest.mark.parametrize("large", [True, False])
+def test_multi_pack_index_offsets_small_and_large(tmp_path: Path, large: bool) -> None:
+    """Offsets past 2 GiB: through the large-offset chunk where there is one; without it,
+    the 32 bits are the offset itself."""
+    offsets = [12, 2**31 - 1, 2**31, 2**32 - 1] + ([2**32 + 5, 5 * 2**40] if large else [])
+    oids = [hashlib.sha1(b"%d" % i).digest() for i in range(len(offsets))]
+    names = ["pack-a.idx", "pack-b.idx"]
+    rows = [(oid, i % 2, off) for i, (oid, off) in enumerate(zip(oids, offsets, strict=True))]
+    (tmp_path / "pack").mkdir()
+    (tmp_path / "pack" / midx.NAME).write_bytes(_multi_pack_index(names, rows, large))
+    index = midx.MultiPackIndex.read(tmp_path)
+    assert index is not None and index.names == names
+    try:
+        for oid, pack, off in rows:
+            assert index.find(oid) == (names[pack], off)
+        assert index.find(b"\x00" * 20) is None and index.find(b"\xff" * 20) is None
+    finally:
+        index.close()
+    (tmp_path / "pack" / midx.NAME).write_bytes(b"MIDX\x01\x02" + b"\0" * 40)  # SHA-256 ids
+    assert midx.MultiPackIndex.read(tmp_path) is None  # left to git
+
+
+def test_a_miss_lists_the_pack_folder_again_only_when_it_changed(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A miss costs a stat of the folder, not a listing of every pack in it (3 ms at 2000
+    packs), unless a pack came or went since the last listing."""
+    (old,) = write_blobs(repo, [b"o" * 70_000])
+    folder = objects_dir(repo) / "pack"
+    past = time.time_ns() - 10 * 10**9  # out of the file system clock's racy window
+    os.utime(folder, ns=(past, past))
+    listings = []
+    real = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: listings.append(path) or real(path))
+    reader = PackReader(objects_dir(repo))
+    try:
+        assert reader.read("0" * 40) is None and len(listings) == 1
+        assert reader.read("1" * 40) is None and len(listings) == 1  # unchanged: not listed
+        (new,) = write_blobs(repo, [b"n" * 70_000])  # the folder's mtime moves
+        assert bytes(reader.read(new.hex()) or b"") == b"n" * 70_000 and len(listings) == 2
+        assert bytes(reader.read(old.hex()) or b"") == b"o" * 70_000
     finally:
         reader.close()

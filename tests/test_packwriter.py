@@ -331,7 +331,7 @@ def test_several_packs_are_all_visible(repo: Path) -> None:
 
 
 def test_packs_that_pile_up_get_one_multi_pack_index(repo: Path) -> None:
-    """Kept packs stay apart until git mgit gc: once midx.UNINDEXED of them are newer than
+    """Kept packs stay apart until git mgit gc: once midx.UNINDEXED of them are not in
     git's multi-pack-index, it is written again over every pack; a repack that deletes
     the packs it covers deletes it."""
     index = objects_dir(repo) / "pack" / midx.NAME

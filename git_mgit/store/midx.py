@@ -6,7 +6,7 @@ holds thousands of them. A git process opens every pack's .idx the first time it
 for an object it does not find (2000 packs: 68 ms before `git cat-file -e` answers),
 where a multi-pack-index, one sorted table of every pack's object ids, answers at once
 (7 ms). git reads it by itself, and so does git-mgit's pack reader (MultiPackIndex);
-packs newer than it are looked up one by one, as before. Once UNINDEXED packs are, it
+packs it does not cover are looked up one by one, as before. Once UNINDEXED packs are, it
 is written again: `git multi-pack-index write` merges the packs' .idx files and reads no
 object. A repack that deletes packs it covers (that of `git mgit gc`) deletes it too.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from git_mgit.store import oidtable
 
-UNINDEXED = 32  # packs newer than the multi-pack-index before it is written again
+UNINDEXED = 32  # packs the multi-pack-index does not cover before it is written again
 NAME = "multi-pack-index"
 _HEADER = struct.Struct(">4sBBBBI")  # MIDX, version 1, SHA-1 (1), chunks, base files, packs
 _CHUNK = struct.Struct(">4sQ")  # id, offset: one per chunk, then a terminating one
@@ -29,23 +29,26 @@ _IN_MEMORY = 1 << 20  # a smaller file is read, not mapped
 
 
 def unindexed(objects_dir: Path) -> int:
-    """How many packs are newer than the multi-pack-index (all of them, when there is none)."""
+    """How many packs the multi-pack-index does not cover (all of them, when there is none):
+    the packs there less those its header counts. Names only, no stat of each (at 2000
+    packs, 9 ms of every pack an encoder finished). A repack that deletes packs the index
+    covers deletes the index too, so no pack it counts is gone."""
     folder = objects_dir / "pack"
     try:
-        since = (folder / NAME).stat().st_mtime_ns
-    except FileNotFoundError:
-        since = 0
+        with (folder / NAME).open("rb") as f:
+            magic, *_, covered = _HEADER.unpack(f.read(_HEADER.size))
+        covered = covered if magic == b"MIDX" else 0
+    except (OSError, struct.error):
+        covered = 0
     try:
         with os.scandir(folder) as entries:
-            return sum(
-                1 for e in entries if e.name.endswith(".idx") and e.stat().st_mtime_ns >= since
-            )
+            return max(0, sum(1 for e in entries if e.name.endswith(".idx")) - covered)
     except FileNotFoundError:
         return 0
 
 
 def refresh(objects_dir: Path) -> None:
-    """Write the multi-pack-index again once UNINDEXED packs are newer than it. Best effort:
+    """Write the multi-pack-index again once UNINDEXED packs are not in it. Best effort:
     another process writing it holds its lock, and git works without one."""
     if unindexed(objects_dir) < UNINDEXED:
         return

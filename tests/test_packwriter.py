@@ -367,6 +367,28 @@ def test_packs_that_pile_up_get_one_multi_pack_index(repo: Path) -> None:
     assert [cat(repo, o) for o in oids] == [b"pack %d" % i for i in range(len(oids))]
 
 
+def test_a_packs_end_lists_the_pack_folder_only_every_32_packs(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An encoder's pack end counts itself in one small file (objects/info/mgit-unindexed):
+    the folder, thousands of packs on a training host, is listed only when that count says
+    a multi-pack-index may be due."""
+    folder = objects_dir(repo) / "pack"
+    listed = []
+    real = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(Path(path)) or real(path))
+    for i in range(midx.UNINDEXED - 1):
+        with PackWriter(objects_dir(repo)) as pack:
+            pack.add("blob", [b"pack %d" % i])
+            pack.finish()
+    assert folder not in listed and not (folder / midx.NAME).exists()
+    with PackWriter(objects_dir(repo)) as pack:
+        pack.add("blob", [b"the last"])
+        pack.finish()
+    assert folder in listed and (folder / midx.NAME).exists()
+    assert (objects_dir(repo) / "info" / "mgit-unindexed").stat().st_size == 0
+
+
 def test_empty_writer_leaves_nothing(repo: Path) -> None:
     pack = PackWriter(objects_dir(repo))
     assert pack_files(repo) != []

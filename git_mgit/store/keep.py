@@ -41,12 +41,14 @@ def mark_new(objects_dir: Path, before: set[str]) -> None:
     """Mark the packs that are not in `before`, unless git keeps them already or they hold
     what git itself is to expire (a cruft pack, with its .mtimes)."""
     folder = objects_dir / "pack"
-    for name in sorted(packs(objects_dir) - before):
+    new = sorted(packs(objects_dir) - before)
+    for name in new:
         pack = folder / name
         kept = pack.with_suffix(".keep").exists() or pack.with_suffix(".mtimes").exists()
         if not kept and pack.with_suffix(".idx").exists():  # not repacked away meanwhile
             mark(pack)
-    midx.refresh(objects_dir)
+    if new:
+        midx.refresh(objects_dir, len(new))
 
 
 @contextlib.contextmanager

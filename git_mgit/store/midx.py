@@ -13,6 +13,7 @@ object. A repack that deletes packs it covers (that of `git mgit gc`) deletes it
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -23,6 +24,7 @@ from git_mgit.store import oidtable
 
 UNINDEXED = 32  # packs the multi-pack-index does not cover before it is written again
 NAME = "multi-pack-index"
+_COUNTER = "mgit-unindexed"  # in objects/info/: a byte for each pack since the last count
 _HEADER = struct.Struct(">4sBBBBI")  # MIDX, version 1, SHA-1 (1), chunks, base files, packs
 _CHUNK = struct.Struct(">4sQ")  # id, offset: one per chunk, then a terminating one
 _IN_MEMORY = 1 << 20  # a smaller file is read, not mapped
@@ -47,19 +49,37 @@ def unindexed(objects_dir: Path) -> int:
         return 0
 
 
-def refresh(objects_dir: Path) -> None:
-    """Write the multi-pack-index again once UNINDEXED packs are not in it. Best effort:
-    another process writing it holds its lock, and git works without one."""
-    if unindexed(objects_dir) < UNINDEXED:
-        return
-    subprocess.run(
-        ["git", "multi-pack-index", f"--object-dir={objects_dir}", "write"],  # progress: no tty
-        cwd=objects_dir,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-    )
+def refresh(objects_dir: Path, packs: int = 1) -> None:
+    """Count `packs` new ones, and write the multi-pack-index again once UNINDEXED packs
+    are not in it. Best effort: another process writing it holds its lock, and git works
+    without one.
+
+    The count is a file of one byte a pack (`objects/info/mgit-unindexed`, appended to by
+    every process, its size read back), so a pack's end costs no listing of the folder
+    (3 ms at 2000 packs, 30 at 20,000); the folder is counted only when that file says 32,
+    and the file set to what the index then leaves out."""
+    counter = objects_dir / "info" / _COUNTER
+    try:
+        fd = os.open(counter, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b"." * packs)
+            if os.fstat(fd).st_size < UNINDEXED:
+                return
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # no info folder, read-only: count the folder instead
+    if unindexed(objects_dir) >= UNINDEXED:
+        subprocess.run(
+            ["git", "multi-pack-index", f"--object-dir={objects_dir}", "write"],  # no tty
+            cwd=objects_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+    with contextlib.suppress(OSError):
+        os.truncate(counter, unindexed(objects_dir))
 
 
 Stamp = tuple[int, int, int]  # inode, mtime, size: git writes a new file and renames it

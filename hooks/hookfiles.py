@@ -22,6 +22,15 @@ RETIRED = ("post-checkout", "post-merge")
 MARKER = "# git-mgit hook (managed by git-mgit; remove with git mgit uninstall)"
 CHAINED = ".mgit-chained"
 
+LISTING_FD_ENV = "GIT_MGIT_LISTING_FD"  # pre-push: the descriptor of the listing begun
+LISTING_END = "# git ls-remote: exit "  # the listing's last line, before the exit status
+_RUN = """\tprintf '%s' "$stdin" | git-mgit hook {name} "$@" || exit $?"""
+# pre-push lists the remote's refs as git-mgit's own listing would (protocol v0: every
+# ref, matched there), beginning before git-mgit does: a Python start takes as long.
+_RUN_LISTING = f"""\
+\t{{{{ git -c protocol.version=0 ls-remote "$1" </dev/null 2>&1; echo "{LISTING_END}$?"; }}}} |
+\t\t{{{{ exec 3<&0; printf '%s' "$stdin" | {LISTING_FD_ENV}=3 git-mgit hook {{name}} "$@"; }}}} ||
+\t\texit $?"""
 _TEMPLATE = """\
 #!/bin/sh
 {marker}
@@ -30,7 +39,7 @@ _TEMPLATE = """\
 stdin=$(cat; echo .)
 stdin=${{stdin%.}}
 if command -v git-mgit >/dev/null 2>&1; then
-\tprintf '%s' "$stdin" | git-mgit hook {name} "$@" || exit $?
+{run}
 else
 \tprintf >&2 '%s\\n' "git-mgit: this repository's {name} hook needs git-mgit, which is not on PATH; install git-mgit (then 'git mgit uninstall --local' removes its hooks) or delete $0"
 \texit 1
@@ -48,7 +57,8 @@ def script(name: str) -> str:
     A failure of ours stops git (a push without its tensors would leave the
     remote with manifests it cannot check out) before the chained hook runs.
     """
-    return _TEMPLATE.format(marker=MARKER, name=name, chained=CHAINED)
+    run = (_RUN_LISTING if name == "pre-push" else _RUN).format(name=name)
+    return _TEMPLATE.format(marker=MARKER, name=name, chained=CHAINED, run=run)
 
 
 def is_ours(content: bytes) -> bool:

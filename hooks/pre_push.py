@@ -10,19 +10,24 @@ clone can push.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from git_mgit.gitcmd import find_repo
+from git_mgit.hooks.hookfiles import LISTING_FD_ENV
 from git_mgit.transfer.remotes import push_listing
 
 
 def run(args: list[str], stdin: bytes) -> int:
     """args: remote name (or URL) and URL; stdin: `<local ref> <local oid> <remote ref> <remote oid>` lines."""
+    handed = _handed_listing()
     if not args:
+        if handed is not None:
+            os.close(handed)
         return 0
-    # the remote lists its refs while the push's modules load (0.1 s each on a small VM)
+    # the remote lists its refs while git-mgit starts and loads (begun by the hook's shell)
     repo = find_repo()
-    listing = push_listing(repo, args[0])
+    listing = push_listing(repo, args[0], handed)
     try:
         from git_mgit.transfer.push import Update, describe, pre_push
 
@@ -37,3 +42,17 @@ def run(args: list[str], stdin: bytes) -> int:
     if report.published and sys.stderr.isatty():
         print(f"git-mgit: {describe(report)}", file=sys.stderr)
     return 0
+
+
+def _handed_listing() -> int | None:
+    """The descriptor of the listing the hook's shell began (hookfiles.py), if it began
+    one; taken out of the environment, so that no git command started here sees it."""
+    value = os.environ.pop(LISTING_FD_ENV, "")
+    if not value.isdigit():
+        return None
+    fd = int(value)
+    try:
+        os.fstat(fd)
+    except OSError:
+        return None
+    return fd

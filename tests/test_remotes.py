@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from git_mgit.gitcmd import anonymized, find_repo, remote_file_name
+from git_mgit.hooks.hookfiles import LISTING_END
 from git_mgit.transfer import remotes
 from git_mgit.transfer.notes import remote_notes_ref
 from tests.gitsandbox import Remote, commit_files, run_git
-from tests.mgitrepo import init_mgit_repo, mgit
+from tests.mgitrepo import init_mgit_repo, mgit, model_bytes
 
 
 def _refs_on(remote: Remote, work: Path, names: list[str]) -> str:
@@ -126,3 +128,68 @@ def test_a_fetch_from_a_url_brings_its_notes_under_a_ref_git_accepts(
     note = run_git("notes", "--ref=mgit", "show", head, cwd=work).stdout
     assert note.strip() == '{"name":"base"}'  # merged into ours
     assert remote_notes_ref("origin") == "refs/notes/mgit-remotes/origin"  # names as before
+
+
+def _push_traced(root: Path, env_file: Path) -> list[str]:
+    """`git push` of main through the installed pre-push hook: its GIT_TRACE lines."""
+    run_git("push", "-q", "origin", "main", cwd=root, env={"GIT_TRACE": str(env_file)})
+    return env_file.read_text().splitlines()
+
+
+def test_the_pre_push_hook_lists_the_remote_before_git_mgit_starts(
+    http_remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook's shell begins the push's one listing and hands it to git-mgit on a
+    descriptor: it runs while Python starts (about as long), and git-mgit asks nothing
+    again. A remote listed in v2 (many refs) is listed by git-mgit itself, as before."""
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("remote", "add", "origin", http_remote.url, cwd=root)
+    (root / "model.safetensors").write_bytes(model_bytes(1, n=64))
+    run_git("add", "model.safetensors", cwd=root)
+    run_git("commit", "-q", "-m", "v1", cwd=root)
+
+    lines = _push_traced(root, tmp_path / "first.trace")
+    listings = [i for i, line in enumerate(lines) if "built-in: git ls-remote" in line]
+    starts = [i for i, line in enumerate(lines) if "rev-parse --path-format=absolute" in line]
+    assert len(listings) == 1 and listings[0] < starts[0], lines  # before git-mgit's first git
+    assert run_git("ls-remote", "origin", "refs/mgit/v/*", cwd=root).stdout  # it published
+
+    monkeypatch.chdir(root)
+    mark = remotes._many_refs_mark(find_repo(), "origin")
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text("5000\n")
+    (root / "model.safetensors").write_bytes(model_bytes(2, n=64))
+    run_git("commit", "-q", "-am", "v2", cwd=root)
+    lines = _push_traced(root, tmp_path / "second.trace")
+    listings = [line for line in lines if "built-in: git ls-remote" in line]
+    assert len(listings) == 2 and "refs/mgit/v/*" in listings[1]  # v2: by prefix, its own
+    assert len(run_git("ls-remote", "origin", "refs/mgit/v/*", cwd=root).stdout.splitlines()) == 2
+
+
+def _handed(data: bytes) -> int:
+    read, write = os.pipe()
+    os.write(write, data)
+    os.close(write)
+    return read
+
+
+def test_a_handed_listing_reads_as_git_ls_remote_and_fails_as_it_does(workrepo: Path) -> None:
+    repo = find_repo(workrepo)
+    oid = "1" * 40
+    good = f"{oid}\tHEAD\n{oid}\trefs/heads/main\nwarning: a line git wrote\n{oid}\trefs/mgit/v/a\n"
+    listing = remotes.Listing(
+        repo, "origin", ("refs/mgit/v/*",), handed=_handed(f"{good}{LISTING_END}0\n".encode())
+    )
+    assert listing.refs() == {"refs/mgit/v/a": oid}
+    listing.close()
+    said = "fatal: unable to access 'http://127.0.0.1:9/r.git/': Connection refused\n"
+    failed = remotes.Listing(
+        repo, "origin", ("refs/mgit/v/*",), handed=_handed(f"{said}{LISTING_END}128\n".encode())
+    )
+    with pytest.raises(remotes.RemoteUnreachable, match="Connection refused"):
+        failed.refs()
+    cut = remotes.Listing(repo, "origin", ("refs/mgit/v/*",), handed=_handed(good.encode()))
+    with pytest.raises(remotes.RemoteUnreachable, match="ended early"):
+        cut.refs()
+    unread = remotes.Listing(repo, "origin", ("refs/mgit/v/*",), handed=_handed(good.encode()))
+    unread.close()  # never read: closed, nothing waits

@@ -1,9 +1,10 @@
 """Which remote to talk to, and what it lists.
 
 One `git ls-remote` tells a fetch which version refs exist and a push what
-the remote already holds. A pre-push hook starts its listing before it loads
-the rest of git-mgit (push_listing): the remote answers while Python
-imports, where the two took 0.1 s each, one after the other.
+the remote already holds. The pre-push hook's shell script begins that
+listing before git-mgit starts, and hands it over on a descriptor
+(hooks/hookfiles.py; push_listing): the remote answers while Python starts
+and imports, where the two took some 40 ms each, one after the other.
 
 Listings, and a fresh clone's fetch of refs by name (guess.py), speak git's
 protocol v0: its first answer is the ref advertisement itself, where v2
@@ -21,15 +22,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import GitError, Repo, anonymized, gist, remote_file_name
+from git_mgit.hooks.hookfiles import LISTING_END
 from git_mgit.store import keep
 from git_mgit.store.lookup import ANCHOR_PREFIX, PARTIAL_PREFIX, RECORD_REF, VERSION_PREFIX
 from git_mgit.transfer.notes import NOTES_REF
@@ -82,6 +87,7 @@ _FETCH_PATTERNS = (f"{ANCHOR_PREFIX}*", NOTES_REF, RECORD_REF)
 
 
 MANY_REFS = 4096  # past this many refs not asked for (~300 KB), a listing asks in v2
+_REF_LINE = re.compile(rb"[0-9a-f]{40}(?:[0-9a-f]{24})?\t")
 _V0 = ("-c", "protocol.version=0")
 
 
@@ -96,6 +102,50 @@ def protocol(repo: Repo, remote: str) -> tuple[str, ...]:
     return () if _many_refs_mark(repo, remote).exists() else _V0
 
 
+class _Handed:
+    """A `git -c protocol.version=0 ls-remote` a hook's shell began (hookfiles.py), read
+    from a descriptor as a subprocess's pipes are: its output and error lines, then its
+    exit status on a line of its own (LISTING_END)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        self._came = bytearray()
+        self._said = (b"", b"")
+        self.returncode: int | None = None
+
+    def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._fd is not None:
+            if deadline is not None:
+                left = max(0.0, deadline - time.monotonic())
+                if not select.select([self._fd], [], [], left)[0]:
+                    raise subprocess.TimeoutExpired("git ls-remote", timeout or 0)
+            chunk = os.read(self._fd, 1 << 16)
+            if not chunk:
+                self.kill()
+                self._said, self.returncode = _split_handed(bytes(self._came))
+            self._came += chunk
+        return self._said
+
+    def kill(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self.returncode = -signal.SIGKILL  # unless its end was read: communicate() says
+
+
+def _split_handed(data: bytes) -> tuple[tuple[bytes, bytes], int]:
+    """((refs lines, the rest), exit status) of what a hook's listing wrote."""
+    lines = data.splitlines(keepends=True)
+    end = LISTING_END.encode()
+    if not lines or not lines[-1].startswith(end):
+        return (b"", b"the hook's listing ended early\n"), 1
+    status = int(lines.pop()[len(end) :].strip() or b"1")
+    refs = [line for line in lines if _REF_LINE.match(line)]
+    said = [line for line in lines if not _REF_LINE.match(line)]
+    return (b"".join(refs), b"".join(said)), status
+
+
 class Listing:
     """A `git ls-remote` under way, read when needed."""
 
@@ -105,21 +155,29 @@ class Listing:
         remote: str,
         patterns: Sequence[str],
         env: Mapping[str, str] | None = None,
+        handed: int | None = None,
     ) -> None:
-        """`env`: set in git's environment (to keep it from prompting, say)."""
+        """`env`: set in git's environment (to keep it from prompting, say); `handed`: the
+        descriptor of the same listing in protocol v0, begun by a hook's shell (else closed)."""
         self.remote = remote
         self._repo = repo
         v0 = protocol(repo, remote)
         # v0 lists every ref whatever is asked: the patterns are matched in refs()
         self._patterns = list(patterns) if v0 else None
-        self._proc = subprocess.Popen(
-            ["git", *v0, "ls-remote", remote, *([] if v0 else patterns)],
-            cwd=repo.cwd,
-            env={**os.environ, **env} if env else None,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        self._proc: subprocess.Popen[bytes] | _Handed
+        if handed is not None and v0:
+            self._proc = _Handed(handed)
+        else:
+            if handed is not None:  # v2 for this remote: the hook's listing does not do
+                os.close(handed)
+            self._proc = subprocess.Popen(
+                ["git", *v0, "ls-remote", remote, *([] if v0 else patterns)],
+                cwd=repo.cwd,
+                env={**os.environ, **env} if env else None,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
         self._said: tuple[bytes, bytes] | None = None
 
     def wait(self, timeout: float) -> bool:
@@ -191,9 +249,10 @@ def ls_remote(repo: Repo, remote: str, *patterns: str) -> dict[str, str]:
     return Listing(repo, remote, patterns).refs()
 
 
-def push_listing(repo: Repo, remote: str) -> Listing:
-    """What a push to `remote` lists (its version refs and _PUSH_PATTERNS), started now."""
-    return Listing(repo, remote, (f"{VERSION_PREFIX}*", *_PUSH_PATTERNS))
+def push_listing(repo: Repo, remote: str, handed: int | None = None) -> Listing:
+    """What a push to `remote` lists (its version refs and _PUSH_PATTERNS), started now;
+    `handed`: the descriptor of the listing the pre-push hook's shell began."""
+    return Listing(repo, remote, (f"{VERSION_PREFIX}*", *_PUSH_PATTERNS), handed=handed)
 
 
 def fetch_listing(repo: Repo, remote: str, env: Mapping[str, str] | None = None) -> Listing:

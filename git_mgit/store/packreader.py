@@ -99,6 +99,8 @@ class _Pack:
             self._mmap.madvise(mmap.MADV_DONTNEED, start, min(end, len(self._mmap)) - start)
 
     def offset(self, oid: bytes) -> int | None:
+        if not self._idx:  # the multi-pack-index looks its objects up
+            return None
         at = oidtable.position(self._idx, _NAMES, self._fanout, oid)
         return None if at is None else self._offset_at(at)
 

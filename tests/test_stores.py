@@ -129,6 +129,8 @@ def test_which_store_a_remote_uses_and_why(tmp_path: Path) -> None:
         tracked + "# *.bin filter=lfs\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
     )
     assert choose("corp").kind == "lfs" and "tracks files with git-lfs" in choose("corp").reason
+    kept = choose_store(find_repo(root), "corp", None, holds_versions=True)
+    assert kept.kind == "refs" and "holds version refs already" in kept.reason
     assert choose("origin").kind == "refs"  # file://: git-lfs's standalone adapter, no endpoint
     attributes.write_text(tracked + "# *.bin filter=lfs\n")
     assert choose("corp").kind == "refs"
@@ -412,6 +414,28 @@ def test_a_guessed_lfs_store_that_is_not_there_says_how_to_keep_version_refs(
     fresh = clone(http_remote.url, tmp_path / "fresh")
     assert (fresh / MODEL).read_bytes() == versions[-1]
     assert run_git("rev-parse", "HEAD", cwd=fresh).stdout.strip() == commits[-1]
+
+
+def test_a_remote_holding_version_refs_keeps_them_when_the_repository_takes_up_git_lfs(
+    http_remote, tmp_path: Path
+) -> None:
+    """`auto` keeps a remote's store: one that holds version refs already stays the refs
+    store after the repository starts tracking other files with git-lfs (a sign of an LFS
+    endpoint only for a remote git-mgit has not pushed to yet)."""
+    root = init_mgit_repo(tmp_path / "src")
+    run_git("remote", "add", "origin", http_remote.url, cwd=root)
+    versions = series(2)
+    commit_versions(root, versions[:1])
+    run_git("push", "-q", "origin", "main", cwd=root)
+    attributes = root / ".gitattributes"
+    attributes.write_text(attributes.read_text() + "*.bin filter=lfs diff=lfs merge=lfs -text\n")
+    commit_versions(root, versions[1:])
+    assert "holds version refs already" in mgit("store", cwd=root).stdout
+    run_git("push", "-q", "origin", "main", cwd=root)  # no LFS endpoint asked: it has none
+    refs = run_git("ls-remote", "origin", "refs/mgit/v/*", cwd=root).stdout.splitlines()
+    assert len(refs) == 2
+    fresh = clone(http_remote.url, tmp_path / "fresh")
+    assert (fresh / MODEL).read_bytes() == versions[-1]
 
 
 def test_git_lfs_and_git_mgit_side_by_side(lfs_server, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import sys
 from git_mgit.console.progress import format_size
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo, find_repo
-from git_mgit.store.lookup import RECORD_REF
+from git_mgit.store.lookup import RECORD_REF, VERSION_PREFIX
 from git_mgit.transfer.remotes import RemoteUnreachable, default_remote, list_versions, remotes
 from git_mgit.transfer.stores.choice import (
     LFS,
@@ -49,11 +49,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for name in names:
         try:
-            recorded = recorded_store(repo, name, list_versions(repo, name, RECORD_REF))
-            note = ""
+            listing = list_versions(repo, name, RECORD_REF)
+            recorded, note = recorded_store(repo, name, listing), ""
         except RemoteUnreachable as exc:
-            recorded, note = None, f" (could not ask it: {exc})"
-        choice = choose(repo, name, recorded)
+            listing, recorded, note = {}, None, f" (could not ask it: {exc})"
+        held = any(ref.startswith(VERSION_PREFIX) for ref in listing)
+        choice = choose(repo, name, recorded, holds_versions=held)
         print(f"{name}: {_where(repo, name, choice)}")
         print(f"  because {choice.reason}{note}")
     return 0

@@ -118,7 +118,8 @@ def _push_versions(
         )
         if not pushed.versions and not pushed.tips:
             return report  # no model in what the push brings
-        report.store = choose(repo, remote, recorded_store(repo, remote, listing))
+        recorded = recorded_store(repo, remote, listing)
+        report.store = choose(repo, remote, recorded, holds_versions=bool(published.by_version))
         cands = candidates(store, pushed, published, held, rotate=report.store.kind == REFS)
         if not cands.publish:
             return report

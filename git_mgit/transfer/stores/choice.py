@@ -12,7 +12,8 @@ In order, the first that says:
 3. Git LFS when the remote has an LFS endpoint someone configured
    (`remote.<name>.lfsurl`, `lfs.url`, `.lfsconfig`), is on a host known
    to run one (Hugging Face, GitHub, GitLab, Bitbucket), or is one this
-   repository's own use of git-lfs needs (lfs/inuse.py);
+   repository's own use of git-lfs needs (lfs/inuse.py), unless the remote
+   holds version refs already: auto keeps a remote where its versions are;
 4. version refs in the remote's own git repository.
 """
 
@@ -74,8 +75,11 @@ def kind_of(url: str) -> str:
     return S3 if url.startswith("s3://") else url
 
 
-def choose(repo: Repo, remote: str, recorded: str | None = None) -> Choice:
-    """The store pushes to `remote` use; `recorded` is the remote's `refs/mgit/store`."""
+def choose(
+    repo: Repo, remote: str, recorded: str | None = None, holds_versions: bool = False
+) -> Choice:
+    """The store pushes to `remote` use; `recorded` is the remote's `refs/mgit/store`;
+    `holds_versions`: the remote lists version refs (with no record: the refs store's)."""
     for key in (f"remote.{remote}.mgitStore", "mgit.store"):
         value = repo.config(key)
         url = parse_setting(value, key) if value else None
@@ -93,8 +97,16 @@ def choose(repo: Repo, remote: str, recorded: str | None = None) -> Choice:
         return Choice(LFS, LFS, f"an LFS URL is configured ({endpoint.source})")
     if endpoint is not None and endpoint.known_host:
         return Choice(LFS, LFS, f"{endpoint.host} runs Git LFS for every repository")
-    if endpoint is not None and (why := uses_lfs(repo, endpoint, config)):
+    why = uses_lfs(repo, endpoint, config) if endpoint is not None else None
+    if why and not holds_versions:
         return Choice(LFS, LFS, why, guessed=True)
+    if why:
+        return Choice(
+            REFS,
+            REFS,
+            f"it holds version refs already, which auto keeps where they are ({why}; "
+            "`git mgit store migrate --to lfs` moves them)",
+        )
     return Choice(REFS, REFS, "a plain git remote: no Git LFS endpoint configured or known")
 
 

@@ -100,7 +100,9 @@ class MultiPackIndex:
 
     def __init__(self, data: bytes | mmap.mmap, chunks: dict[bytes, int], packs: int) -> None:
         self._data = data
-        names = bytes(data[chunks[b"PNAM"] : chunks[b"OIDF"]]).split(b"\0")
+        start = chunks[b"PNAM"]
+        end = min(o for o in chunks.values() if o > start)  # where the next chunk begins
+        names = bytes(data[start:end]).split(b"\0")
         self.names = [n.decode("utf-8", "surrogateescape") for n in names if n][:packs]
         self._fanout = oidtable.fanout(data, chunks[b"OIDF"])
         self._names_at = chunks[b"OIDL"]

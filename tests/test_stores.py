@@ -134,6 +134,11 @@ def test_which_store_a_remote_uses_and_why(tmp_path: Path) -> None:
     assert choose("origin").kind == "refs"  # file://: git-lfs's standalone adapter, no endpoint
     attributes.write_text(tracked + "# *.bin filter=lfs\n")
     assert choose("corp").kind == "refs"
+    info = root / ".git" / "info" / "attributes"
+    info.parent.mkdir(exist_ok=True)
+    info.write_text("*.bin filter=lfs diff=lfs merge=lfs -text\n")
+    assert "filter=lfs in attributes" in choose("corp").reason
+    info.unlink()
     kept = root / ".git" / "lfs" / "objects" / "ab" / "cd" / ("abcd" + "0" * 60)
     kept.parent.mkdir(parents=True)
     kept.write_bytes(b"an object git-lfs smudged")

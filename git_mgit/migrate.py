@@ -37,7 +37,7 @@ from git_mgit.gitcmd import Repo
 from git_mgit.modelfile import manifest as mf
 from git_mgit.modelfile.clean import clean
 from git_mgit.modelfile.smudge import smudge
-from git_mgit.setup import FROM_LFS, GIT_LFS_ATTRS, TRACK_ATTRS
+from git_mgit.setup import GIT_LFS_ATTRS, TRACK_ATTRS, attribute_line, kept_lfs_line
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.tensors.safetensors_format import GIT_LFS_SPEC
 
@@ -103,8 +103,8 @@ def rewrite_attributes(text: str, patterns: list[str], mode: str) -> str:
     out, seen = [], set()
     for line in text.splitlines():
         fields = line.split()
-        taken = line.strip()[len(FROM_LFS) :].split() if line.strip().startswith(FROM_LFS) else []
-        if taken and taken[0] in patterns:
+        kept = kept_lfs_line(line)
+        if kept is not None and attribute_line(kept)[0] in patterns:
             continue  # `git mgit track`'s note of git-lfs's line: the rewrite decides the pattern
         if fields and not fields[0].startswith("#") and fields[0] in patterns:
             rest = [

@@ -319,7 +319,7 @@ def escape_pattern(pattern: str) -> str:
     return "\\" + out if out[0] in '#!"' else out
 
 
-def _split(line: str) -> tuple[str, list[str]]:
+def attribute_line(line: str) -> tuple[str, list[str]]:
     """(pattern, attributes) of one gitattributes line; ("", []) for blanks and comments."""
     text = line.strip()
     if not text or text.startswith("#"):
@@ -370,7 +370,7 @@ def track(repo: Repo, patterns: list[str], force: bool = False) -> list[tuple[st
     results, conflicts = [], []
     for pattern in dict.fromkeys(patterns):
         token = escape_pattern(pattern)
-        parsed = [_split(line) for line in lines]
+        parsed = [attribute_line(line) for line in lines]
         at = [i for i, (p, _) in enumerate(parsed) if p == token]
         git_lfs = bool(at) and all(set(parsed[i][1]) == set(GIT_LFS_ATTRS) for i in at)
         if len(at) == 1 and set(parsed[at[0]][1]) == set(TRACK_ATTRS):
@@ -405,7 +405,7 @@ def untrack(repo: Repo, patterns: list[str]) -> list[tuple[str, str]]:
     """
     path = _attributes_file(repo)
     lines, newline = _read_lines(path)
-    parsed = [_split(line) for line in lines]
+    parsed = [attribute_line(line) for line in lines]
     drop, missing, results = set(), [], []
     for pattern in dict.fromkeys(patterns):
         tokens = {pattern, escape_pattern(pattern)}
@@ -414,9 +414,8 @@ def untrack(repo: Repo, patterns: list[str]) -> list[tuple[str, str]]:
             missing.append(f'"{pattern}"')
         given_back = False
         for i in found:
-            above = lines[i - 1].strip() if i else ""
-            theirs = above[len(FROM_LFS) :]
-            if above.startswith(FROM_LFS) and _split(theirs)[0] in tokens:
+            theirs = kept_lfs_line(lines[i - 1]) if i else None
+            if theirs is not None and attribute_line(theirs)[0] in tokens:
                 lines[i - 1], given_back = theirs, True
         results.append((pattern, "to-lfs" if given_back else "removed"))
         drop |= found
@@ -426,6 +425,12 @@ def untrack(repo: Repo, patterns: list[str]) -> list[tuple[str, str]]:
         )
     _write_lines(path, [line for i, line in enumerate(lines) if i not in drop], newline)
     return results
+
+
+def kept_lfs_line(line: str) -> str | None:
+    """The git-lfs line that `track` kept in `line` (its FROM_LFS comment), else None."""
+    text = line.strip()
+    return text[len(FROM_LFS) :] if text.startswith(FROM_LFS) else None
 
 
 def tracked_patterns(repo: Repo) -> list[tuple[str, str]]:
@@ -450,7 +455,7 @@ def tracked_patterns(repo: Repo) -> list[tuple[str, str]]:
     found = []
     for path, name in sources:
         for line in _read_lines(path)[0]:
-            pattern, attrs = _split(line)
+            pattern, attrs = attribute_line(line)
             if "filter=mgit" in attrs and not pattern.startswith("[attr]"):
                 found.append((pattern, name))
     return found

@@ -27,9 +27,9 @@ LISTING_END = "# git ls-remote: exit "  # the listing's last line, before the ex
 _RUN = """\tprintf '%s' "$stdin" | git-mgit hook {name} "$@" || exit $?"""
 # pre-push lists the remote's refs as git-mgit's own listing would (protocol v0: every
 # ref, matched there), beginning before git-mgit does: a Python start takes as long.
-_RUN_LISTING = f"""\
-\t{{{{ git -c protocol.version=0 ls-remote "$1" </dev/null 2>&1; echo "{LISTING_END}$?"; }}}} |
-\t\t{{{{ exec 3<&0; printf '%s' "$stdin" | {LISTING_FD_ENV}=3 git-mgit hook {{name}} "$@"; }}}} ||
+_RUN_LISTING = """\
+\t{{ git -c protocol.version=0 ls-remote "$1" </dev/null 2>&1; echo "{end}$?"; }} |
+\t\t{{ exec 3<&0; printf '%s' "$stdin" | {env}=3 git-mgit hook {name} "$@"; }} ||
 \t\texit $?"""
 _TEMPLATE = """\
 #!/bin/sh
@@ -57,7 +57,9 @@ def script(name: str) -> str:
     A failure of ours stops git (a push without its tensors would leave the
     remote with manifests it cannot check out) before the chained hook runs.
     """
-    run = (_RUN_LISTING if name == "pre-push" else _RUN).format(name=name)
+    run = (_RUN_LISTING if name == "pre-push" else _RUN).format(
+        name=name, end=LISTING_END, env=LISTING_FD_ENV
+    )
     return _TEMPLATE.format(marker=MARKER, name=name, chained=CHAINED, run=run)
 
 

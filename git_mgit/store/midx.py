@@ -69,8 +69,9 @@ def refresh(objects_dir: Path, packs: int = 1) -> None:
             os.close(fd)
     except OSError:
         pass  # no info folder, read-only: count the folder instead
-    if unindexed(objects_dir) >= UNINDEXED:
-        subprocess.run(
+    left = unindexed(objects_dir)
+    if left >= UNINDEXED:
+        written = subprocess.run(
             ["git", "multi-pack-index", f"--object-dir={objects_dir}", "write"],  # no tty
             cwd=objects_dir,
             stdin=subprocess.DEVNULL,
@@ -78,8 +79,9 @@ def refresh(objects_dir: Path, packs: int = 1) -> None:
             stderr=subprocess.DEVNULL,
             check=False,
         )
+        left = left if written.returncode else 0  # a pack that came meanwhile: next time
     with contextlib.suppress(OSError):
-        os.truncate(counter, unindexed(objects_dir))
+        os.truncate(counter, left)
 
 
 Stamp = tuple[int, int, int]  # inode, mtime, size: git writes a new file and renames it

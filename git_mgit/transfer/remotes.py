@@ -122,16 +122,22 @@ class _Handed:
                     raise subprocess.TimeoutExpired("git ls-remote", timeout or 0)
             chunk = os.read(self._fd, 1 << 16)
             if not chunk:
-                self.kill()
+                self._close()
                 self._said, self.returncode = _split_handed(bytes(self._came))
+                break
             self._came += chunk
         return self._said
 
     def kill(self) -> None:
+        """Stop reading a listing nobody wants (its shell's git then gets EPIPE)."""
         if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-            self.returncode = -signal.SIGKILL  # unless its end was read: communicate() says
+            self._close()
+            self.returncode = -signal.SIGKILL
+
+    def _close(self) -> None:
+        assert self._fd is not None
+        os.close(self._fd)
+        self._fd = None
 
 
 def _split_handed(data: bytes) -> tuple[tuple[bytes, bytes], int]:

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 
 from git_mgit.gitcmd import Repo
+from git_mgit.setup import attribute_line
 from git_mgit.transfer.stores.lfs.endpoint import Endpoint
 from git_mgit.transfer.stores.lfs.gitconfig import LfsConfig
 
@@ -58,11 +59,7 @@ def _tracks(path: Path) -> bool:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
-    for line in text.splitlines():
-        words = line.split()
-        if words and not words[0].startswith("#") and "filter=lfs" in words[1:]:
-            return True
-    return False
+    return any("filter=lfs" in attribute_line(line)[1] for line in text.splitlines())
 
 
 def _holds_objects(objects: Path) -> bool:

@@ -716,6 +716,50 @@ def test_a_new_tip_on_a_blob_store_leaves_the_old_one_whole(lfs_server, tmp_path
     checks_out_every_version(fresh, commits, versions)
 
 
+def test_pointer_refs_file_pointers_flat_and_fanned_out_ones_still_resolve(
+    lfs_server, tmp_path: Path
+) -> None:
+    """A pointer ref's tree files every pointer in its root: its push sends a blob a chunk,
+    one tree and the commit (three objects a chunk, fanned out). A ref pushed before,
+    filing them as ab/cd/<hash>.lfs, still checks out in a fresh clone."""
+    from git_mgit.store import anchors
+    from git_mgit.store.packwriter import PackWriter
+
+    versions = series(2, size=4000)
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions)
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", lfs_server.repo_url(), cwd=root)
+    run_git("push", "-q", "-u", "origin", "main", cwd=root)
+    bare = lfs_server.git_root / "org/repo.git"
+    listed = run_git("for-each-ref", "--format=%(refname) %(objectname)", "refs/mgit/v/", cwd=bare)
+    refs = dict(line.split() for line in listed.stdout.splitlines())
+    assert refs
+    for commit in refs.values():
+        top = run_git("ls-tree", commit, cwd=bare).stdout.splitlines()
+        assert top and all(line.split()[1] == "blob" and line.endswith(".lfs") for line in top)
+    # each ref as an earlier git-mgit pushed it: the same pointers, fanned out
+    with PackWriter(bare / "objects") as pack:
+        for name, commit in refs.items():
+            message = run_git("log", "-1", "--format=%B", commit, cwd=bare).stdout.strip() + "\n"
+            files = [
+                line.split() for line in run_git("ls-tree", commit, cwd=bare).stdout.splitlines()
+            ]
+            entries = sorted(
+                (bytes.fromhex(f[3].removesuffix(".lfs")), bytes.fromhex(f[2])) for f in files
+            )
+            refs[name] = anchors.write_anchor(
+                pack, entries, timestamp=0, message=message, suffix=".lfs"
+            )
+        pack.finish()
+    for name, commit in refs.items():
+        run_git("update-ref", name, commit, cwd=bare)
+        nested = run_git("ls-tree", "-r", "--name-only", commit, cwd=bare).stdout.split()
+        assert nested and all(n.count("/") == 2 and n.endswith(".lfs") for n in nested)
+    fresh = clone(lfs_server.repo_url(), tmp_path / "fresh")
+    checks_out_every_version(fresh, commits, versions)
+
+
 def small_steps(n: int) -> list[bytes]:
     """n versions of a 1 MB model, each moving four weights of every tensor a little."""
     from safetensors.numpy import save

@@ -7,9 +7,10 @@ them as what they are, and each is about 130 bytes of text:
     oid sha256:<64 hex>
     size <bytes>
 
-A version ref's tree files the pointer of chunk `<hash>` as
-`ab/cd/<64 hex hash>.lfs`: the suffix keeps pointers apart from the objects
-that refs and anchors file as `ab/cd/<64 hex hash>`.
+A version ref's tree files the pointer of chunk `<hash>` as `<64 hex hash>.lfs`
+in its root (refs pushed before 2026-11-29 file it as `ab/cd/<64 hex hash>.lfs`:
+readers take the file name wherever it is); the suffix keeps pointers apart from
+the objects that refs and anchors file as `ab/cd/<64 hex hash>`.
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def _pointer_commits(
             entries = sorted((h, files[oid]) for h, (oid, _) in w.objects.items())
             message = f"{w.ref.message}\nstore {url}\n"
             commit = anchors.write_anchor(
-                pack, entries, timestamp=0, message=message, suffix=pointer.SUFFIX
+                pack, entries, timestamp=0, message=message, suffix=pointer.SUFFIX, fanout=False
             )
             w.ref = VersionRef(w.ref.version, w.ref.bases, commit)
         pack.finish()

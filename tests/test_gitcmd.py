@@ -1,7 +1,9 @@
-"""The git wrappers: a process reads git's configuration once, as git would answer it."""
+"""The git wrappers: a process reads git's configuration once, as git would answer it, and
+asks about objects through one kept `git cat-file` of each kind."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,44 @@ def test_a_process_reads_git_config_once_and_again_after_it_writes(
     assert repo.config("remote.hub.mgitStore") == "lfs"
     assert repo.config("remote.origin.mgitStore") is None
     assert _config_runs(trace) == 4  # the write, a read, and the read after the rename
+
+
+def _cat_file_runs(trace: Path) -> int:
+    return trace.read_text().count("built-in: git cat-file") if trace.exists() else 0
+
+
+def test_object_questions_go_to_one_kept_cat_file_of_each_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many questions, two processes: answers in order, missing names as such (a name with
+    spaces or a newline too), rounds of answers larger than a pipe without a deadlock,
+    objects written after the process started, and a process that died is replaced."""
+    root = init_repo(tmp_path / "repo")
+    big = os.urandom(300_000)  # more than a pipe holds, many times over in one question
+    blobs = [big + bytes([i]) for i in range(200)] + [b"small"]
+    for i, data in enumerate(blobs):
+        (root / f"f {i}").write_bytes(data)
+    run_git("add", ".", cwd=root)
+    run_git("commit", "-q", "-m", "blobs", cwd=root)
+    oids = [run_git("rev-parse", f"HEAD:f {i}", cwd=root).stdout.strip() for i in range(201)]
+    trace = tmp_path / "trace"
+    monkeypatch.setenv("GIT_TRACE", str(trace))
+    repo = find_repo(root)
+    absent = "0123456789" * 4
+
+    assert repo.cat_blobs([*oids, absent, "bad\nname"]) == [*blobs, None, None]
+    assert repo.batch_check(["HEAD:f 200", absent, oids[0]], "%(objectsize) %(objectname)") == [
+        ["5", oids[200]],
+        [str(len(blobs[0])), oids[0]],
+    ]
+    assert repo.existing([absent, *oids[:3]]) == set(oids[:3])
+    late = run_git("hash-object", "-w", "--stdin", cwd=root, input="late").stdout.strip()
+    assert repo.existing([late]) == {late} and repo.cat_blobs([late]) == [b"late"]
+    assert _cat_file_runs(trace) == 2
+
+    repo._contents._proc.kill()  # a cat-file that died
+    repo._contents._proc.wait()
+    assert repo.cat_blobs([oids[200]]) == [b"small"]
+    assert _cat_file_runs(trace) == 3
+    # an atom the kept process does not print: asked of a process of its own
+    assert repo.batch_check([oids[200]], "%(objectsize:disk)")[0][0].isdigit()

@@ -760,6 +760,23 @@ def test_pointer_refs_file_pointers_flat_and_fanned_out_ones_still_resolve(
     checks_out_every_version(fresh, commits, versions)
 
 
+def test_a_damaged_pointer_tree_is_one_line_naming_the_ref(tmp_path: Path) -> None:
+    """git fetches without checking objects (transfer.fsckObjects is off): a pointer ref whose
+    tree a remote sent damaged stops with one line naming the ref, not a traceback."""
+    from git_mgit.errors import MgitError
+    from git_mgit.transfer.stores.pointers import pointed
+    from git_mgit.transfer.versions import VersionRef
+
+    root = init_mgit_repo(tmp_path / "src")
+    bad = run_git("hash-object", "-t", "tree", "--literally", "-w", "--stdin", cwd=root, input="no")
+    tree = bad.stdout.strip()
+    message = "git-mgit version " + "a" * 40 + "\nstore lfs\n"
+    commit = run_git("commit-tree", tree, "-m", message, cwd=root).stdout.strip()
+    ref = VersionRef("a" * 40, (), commit)
+    with pytest.raises(MgitError, match=f"version ref {ref.name}: its tree {tree} is damaged"):
+        pointed(find_repo(root), [ref])
+
+
 def small_steps(n: int) -> list[bytes]:
     """n versions of a 1 MB model, each moving four weights of every tensor a little."""
     from safetensors.numpy import save

@@ -28,9 +28,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from git_mgit.console.progress import Progress
+from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.gitobjects import DIR_MODE, tree_entries
 from git_mgit.store.lookup import RECORD_REF
 from git_mgit.store.packwriter import PackWriter, built
 from git_mgit.transfer.stores import pointer
@@ -132,22 +134,46 @@ def _pointer_commits(
 
 
 def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Pointer]]:
-    """Store URL -> {chunk hash: pointer} over the pointer refs among `refs` (here)."""
+    """Store URL -> {chunk hash: pointer} over the pointer refs among `refs` (here; the
+    first ref to file a chunk names its pointer). Trees are read a level at a time for
+    every ref at once, through the repository's kept `git cat-file`: a flat tree, or the
+    ab/cd/ fan-out of refs pushed before 2026-11-29."""
     refs = [r for r in refs if r.commit]
-    out: dict[str, dict[bytes, Pointer]] = defaultdict(dict)
-    for ref, body in zip(refs, repo.cat_blobs([r.commit for r in refs]), strict=True):
+    level: list[tuple[int, str, str]] = []  # (ref's place, its store URL, a tree to read)
+    for i, body in enumerate(repo.cat_blobs([r.commit for r in refs])):
         url = parse_record(body.decode("utf-8", "replace")) if body else None
-        if url is None:
-            continue  # a ref of the refs store: git brought its objects
-        listing = repo.git("ls-tree", "-r", ref.commit).splitlines()
-        files = [(line.split()[2], line.rsplit("\t", 1)[1].rsplit("/", 1)[-1]) for line in listing]
-        named = [(oid, pointer.chunk_of(name)) for oid, name in files]
-        named = [(oid, h) for oid, h in named if h is not None]
-        for (_, h), data in zip(named, repo.cat_blobs([o for o, _ in named]), strict=True):
-            p = pointer.parse(data) if data is not None else None
-            if p is not None:
-                out[url].setdefault(h, p)
+        if url is not None and body is not None and body.startswith(b"tree "):
+            level.append((i, url, body[5:45].decode("ascii", "replace")))  # else a refs store's
+    files: list[tuple[int, str, bytes, str]] = []  # (place, URL, chunk hash, pointer blob)
+    for _ in range(3):  # the root; a fanned-out ref's ab/ and ab/cd/ trees
+        below: list[tuple[int, str, str]] = []
+        for (i, url, t), tree in zip(level, repo.cat_blobs([t for *_, t in level]), strict=True):
+            for mode, name, oid in _entries(refs[i], t, tree or b""):
+                h = None if mode == DIR_MODE else pointer.chunk_of(name.decode("ascii", "replace"))
+                if mode == DIR_MODE:
+                    below.append((i, url, oid))
+                elif h is not None:
+                    files.append((i, url, h, oid))
+        level = below
+    files.sort(key=lambda f: f[0])
+    out: dict[str, dict[bytes, Pointer]] = defaultdict(dict)
+    for (_, url, h, _), data in zip(files, repo.cat_blobs([f[3] for f in files]), strict=True):
+        p = pointer.parse(data) if data is not None else None
+        if p is not None:
+            out[url].setdefault(h, p)
     return out
+
+
+def _entries(ref: VersionRef, tree: str, body: bytes) -> list[tuple[str, bytes, str]]:
+    """A pointer ref's tree, read; one line naming the ref where it is not a tree (a remote
+    sent a damaged object: git fetches without checking objects unless transfer.fsckObjects)."""
+    try:
+        return list(tree_entries(body))
+    except (ValueError, IndexError) as exc:
+        raise MgitError(
+            f"version ref {ref.name}: its tree {tree} is damaged ({exc}); "
+            "run `git fsck`, and fetch the ref again (`git mgit fetch`)"
+        ) from exc
 
 
 def resolve(

@@ -139,8 +139,10 @@ class _ConfigSnapshot:
 
 _INFO = "%(objectname) %(objecttype) %(objectsize)"  # what a kept batch-check answers
 _INFO_FIELDS = {atom: i for i, atom in enumerate(_INFO.split())}
-_ROUND = 128  # names asked before their answers are read: answers that fit in a pipe
-_ROUND_BYTES = 32 << 10  # and names that fit in one before cat-file reads them
+# Names asked before their answers are read: no more than the smallest pipe holds (one
+# page, where a user has used up the kernel's pipe pages), so that writing them never
+# waits on a cat-file that waits for its answers to be read.
+_ROUND_BYTES = 4096
 Answer = tuple[list[str], bytes | None] | None  # (header fields, content), None: no object
 
 
@@ -148,8 +150,9 @@ class _CatFile:
     """One long-lived `git cat-file --batch` or `--batch-check`, asked again and again: a
     process start costs 2-3 ms, an answer a tenth of one, and a push asked nine times.
 
-    Names go in rounds small enough that neither pipe fills while the other waits. A
-    process inherited through fork() is left to its parent: the child starts its own."""
+    Names go in rounds of at most _ROUND_BYTES, each round's answers read before the next
+    is asked. A process inherited through fork() is left to its parent: the child starts
+    its own."""
 
     def __init__(self, cwd: Path, contents: bool) -> None:
         self._args = ["git", "cat-file", "--batch" if contents else f"--batch-check={_INFO}"]
@@ -161,27 +164,27 @@ class _CatFile:
     def ask(self, names: list[str]) -> list[Answer]:
         """Per name, in order: its header's fields and (`--batch`) its content, or None
         where git has no such object (a name with a newline cannot be asked)."""
-        asked = [n for n in names if "\n" not in n]
+        asked = [_lines([n]) for n in names if "\n" not in n]
         got: list[Answer] = []
         with self._lock:
             start = 0
             while start < len(asked):
-                end, size = start, 0
-                while end < len(asked) and end - start < _ROUND and size < _ROUND_BYTES:
-                    size += len(asked[end]) + 1
+                end, size = start + 1, len(asked[start])  # one name, however long
+                while end < len(asked) and size + len(asked[end]) <= _ROUND_BYTES:
+                    size += len(asked[end])
                     end += 1
-                got += self._round(asked[start:end])
+                got += self._round(b"".join(asked[start:end]), end - start)
                 start = end
         answers = iter(got)
         return [None if "\n" in n else next(answers) for n in names]
 
-    def _round(self, names: list[str]) -> list[Answer]:
+    def _round(self, lines: bytes, count: int) -> list[Answer]:
         proc = self._process()
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            proc.stdin.write(_lines(names))
+            proc.stdin.write(lines)
             proc.stdin.flush()
-            return [self._answer(proc.stdout) for _ in names]
+            return [self._answer(proc.stdout) for _ in range(count)]
         except (OSError, ValueError, EOFError) as exc:
             raise GitError(f"git cat-file failed: {self._died()}") from exc
 

@@ -61,6 +61,7 @@ def test_object_questions_go_to_one_kept_cat_file_of_each_kind(
     blobs = [big + bytes([i]) for i in range(200)] + [b"small"]
     for i, data in enumerate(blobs):
         (root / f"f {i}").write_bytes(data)
+    (root / "odd\rname é").write_bytes(b"odd")
     run_git("add", ".", cwd=root)
     run_git("commit", "-q", "-m", "blobs", cwd=root)
     oids = [run_git("rev-parse", f"HEAD:f {i}", cwd=root).stdout.strip() for i in range(201)]
@@ -75,6 +76,8 @@ def test_object_questions_go_to_one_kept_cat_file_of_each_kind(
         [str(len(blobs[0])), oids[0]],
     ]
     assert repo.existing([absent, *oids[:3]]) == set(oids[:3])
+    odd = run_git("rev-parse", "HEAD:odd\rname é", cwd=root).stdout.strip()
+    assert repo.batch_check(["HEAD:odd\rname é"], "%(objectname)") == [[odd]]
     late = run_git("hash-object", "-w", "--stdin", cwd=root, input="late").stdout.strip()
     assert repo.existing([late]) == {late} and repo.cat_blobs([late]) == [b"late"]
     assert _cat_file_runs(trace) == 2

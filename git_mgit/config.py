@@ -11,6 +11,9 @@ mgit.fetchBudget    a version fetches at most this times its size, as `git add` 
 mgit.pruneKeep      checkouts younger than this keep their objects in prune (default 7.days.ago)
 mgit.directSize     model files from this size up are written around git's buffer (default
                     16m; 0: never)
+mgit.inlineSize     a pointer store (Git LFS, S3) files objects of at most this size in the
+                    version ref, as text, instead of sending each to the store (default 16k;
+                    0: never; at most 256k)
 
 Sizes take git's size syntax (a number with an optional k, m or g suffix),
 and may have a fraction (`1.5g`).
@@ -37,6 +40,10 @@ DEFAULT_PRUNE_KEEP = "7.days.ago"
 # "Checking out through git's buffer or around it"; even at 8 MiB, 2 MiB within noise).
 DEFAULT_DIRECT_SIZE = 16 * 1024 * 1024
 MIN_DIRECT_SIZE = 1024 * 1024  # below this git's buffer costs nothing worth a placeholder
+# A bias or a norm (fp32, up to 4096 wide) costs a store two requests and a clone one,
+# each a round trip to the host; in git it costs 4/3 of its bytes (docs/storage.md).
+DEFAULT_INLINE_SIZE = 16 * 1024
+MAX_INLINE_SIZE = 256 * 1024  # its text stays far below the Hub's 1 MB (binary) and 10 MiB
 # Room left under mgit.maxObjectSize for an object's header: at most ~200 bytes
 # and 5 per MiB frame of each plane (under 1 KiB for a 95 MB chunk); this leaves
 # 4 KiB and 64 bytes per MiB. A chunk is at most its object's payload: frames
@@ -57,6 +64,7 @@ class Settings:
     fetch_budget: float = DEFAULT_FETCH_BUDGET
     prune_keep: str = DEFAULT_PRUNE_KEEP
     direct_size: int = DEFAULT_DIRECT_SIZE  # checked out around git's buffer from here up; 0: never
+    inline_size: int = DEFAULT_INLINE_SIZE  # pointer stores: objects filed in git up to this
 
 
 T = TypeVar("T")
@@ -98,6 +106,7 @@ def load(repo: Repo) -> Settings:
     max_push = read("mgit.maxPushSize", parse_size, DEFAULT_MAX_PUSH)
     budget = read("mgit.fetchBudget", float, DEFAULT_FETCH_BUDGET)
     direct = read("mgit.directSize", parse_size, DEFAULT_DIRECT_SIZE)
+    inline = read("mgit.inlineSize", parse_size, DEFAULT_INLINE_SIZE)
     if chunk < 4096 or chunk % 8:
         raise MgitError("git config mgit.chunkSize must be a multiple of 8 and at least 4096")
     if max_object < _MIN_OBJECT:
@@ -110,6 +119,8 @@ def load(repo: Repo) -> Settings:
         raise MgitError("git config mgit.fetchBudget must be at least 1 (a version's own size)")
     if direct and direct < MIN_DIRECT_SIZE:
         raise MgitError("git config mgit.directSize must be 0 (never) or at least 1m")
+    if inline > MAX_INLINE_SIZE:
+        raise MgitError("git config mgit.inlineSize must be at most 256k (0: never)")
     return Settings(
         chunk_size=min(chunk, chunk_limit(max_object)),
         max_chain_depth=depth,
@@ -119,4 +130,5 @@ def load(repo: Repo) -> Settings:
         fetch_budget=budget,
         prune_keep=values.get("mgit.prunekeep", DEFAULT_PRUNE_KEEP),
         direct_size=direct,
+        inline_size=inline,
     )

@@ -46,7 +46,10 @@ def isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("GIT_TERMINAL_PROMPT", "0")
     # git runs `git-mgit` from PATH: make sure it is this interpreter's one.
     monkeypatch.setenv("PATH", VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
-    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+    # Test models are a few kilobytes a tensor: at mgit.inlineSize's default every object
+    # would travel in git, and no test of a blob store's transfers would reach the store.
+    # Tests of filing objects inline set it where they run (test_stores.py).
+    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[mgit]\n\tinlineSize = 0\n")
     return home
 
 

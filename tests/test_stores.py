@@ -777,6 +777,84 @@ def test_a_damaged_pointer_tree_is_one_line_naming_the_ref(tmp_path: Path) -> No
         pointed(find_repo(root), [ref])
 
 
+def test_small_objects_travel_in_the_version_ref_as_text(lfs_server, tmp_path: Path) -> None:
+    """mgit.inlineSize (16k unless set; the suite sets 0): a bias, a small weight, a step
+    counter are filed in the pointer ref as base64 text, which the Hub's rules accept, and
+    the LFS store receives the large objects only. A fresh clone checks out every version,
+    the older ones on demand; after a prune, a checkout brings the small objects back from
+    the refs here, with no request; a migration to S3 and back to refs keeps them."""
+    from git_mgit.transfer.stores import pointer
+
+    url = lfs_server.repo_url()
+    bare = lfs_server.git_root / "org" / "repo.git"
+    enforce_hub_rules(bare)
+    versions = series(3, size=4000)  # a 1 MB embedding and four small tensors
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions[:2])
+    run_git("config", "mgit.inlineSize", "16k", cwd=root)
+    run_git("config", "mgit.store", "lfs", cwd=root)
+    run_git("remote", "add", "origin", url, cwd=root)
+    run_git("push", "-q", "-u", "origin", "main", cwd=root)
+    commits += commit_versions(root, versions[2:])  # one more, beside the refs pushed
+    run_git("push", "-q", "origin", "main", cwd=root)
+
+    uploaded = lfs_server.uploads()
+    assert uploaded and all(lfs_server.stored(o).stat().st_size > 16 * 1024 for o in uploaded)
+    texts = [
+        line.split()[2]
+        for ref in run_git(
+            "for-each-ref", "--format=%(objectname)", "refs/mgit/v/", cwd=bare
+        ).stdout.split()
+        for line in run_git("ls-tree", ref, cwd=bare).stdout.splitlines()
+        if line.endswith(pointer.INLINE_SUFFIX)
+    ]
+    assert len(texts) >= 4 * len(versions)  # every small tensor of every version
+    for oid in texts:
+        text = run_git("cat-file", "blob", oid, cwd=bare, text=False).stdout
+        data = pointer.parse_inline(text)
+        assert b"\0" not in text and data is not None and len(data) <= 16 * 1024
+
+    fresh = clone(url, tmp_path / "fresh")
+    checks_out_every_version(fresh, commits, versions)
+    mgit("prune", "--keep", "now", cwd=fresh)
+    before = len(lfs_server.requests)
+    run_git("checkout", "-q", commits[0], cwd=fresh)
+    assert (fresh / MODEL).read_bytes() == versions[0]
+    gets = [h for h in lfs_server.requests[before:] if h.method == "GET" and h.lfs]
+    assert 0 < len(gets) <= 2  # the embedding (and a delta base), not the small objects
+    assert ": 0 problems" in mgit("fsck", cwd=fresh).stdout
+
+    (bare / "hooks" / "pre-receive").unlink()  # version refs hold binary objects
+    mgit("store", "migrate", "--to", "refs", cwd=root)
+    again = clone(bare.as_uri(), tmp_path / "after")
+    checks_out_every_version(again, commits, versions)
+
+
+def test_small_objects_travel_in_the_version_ref_to_a_bucket_too(s3_bucket, tmp_path: Path) -> None:
+    """The same on S3: the bucket holds the large objects only, a fresh clone is exact."""
+    import obstore
+    import obstore.store
+
+    versions = series(2, size=4000)
+    remote = init_bare_remote(tmp_path / "remote.git")
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions)
+    run_git("config", "mgit.inlineSize", "16k", cwd=root)
+    run_git("config", "mgit.store", s3_bucket.url(), cwd=root)
+    run_git("remote", "add", "origin", remote.url, cwd=root)
+    run_git("push", "-q", "-u", "origin", "main", cwd=root)
+    raw = obstore.store.S3Store(
+        s3_bucket.name,
+        endpoint=s3_bucket.endpoint,
+        region="us-east-1",
+        client_options={"allow_http": True},
+    )
+    sizes = [m["size"] for m in obstore.list(raw).collect()]
+    assert sizes and min(sizes) > 16 * 1024
+    fresh = clone(remote.url, tmp_path / "fresh")
+    checks_out_every_version(fresh, commits, versions)
+
+
 def small_steps(n: int) -> list[bytes]:
     """n versions of a 1 MB model, each moving four weights of every tensor a little."""
     from safetensors.numpy import save

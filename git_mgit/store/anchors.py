@@ -28,22 +28,27 @@ def write_anchor(
     timestamp: int | None = None,
     message: str | None = None,
     suffix: str = "",
-    fanout: bool = True,
 ) -> str:
     """Add the fan-out trees and the anchor commit for (content hash, oid20) pairs to `pack`.
 
     Returns the commit id (hex). The caller finishes the pack, then calls set_ref().
     The commit time is the objects' age for gc; a fixed `timestamp` makes the
     anchor a pure function of its objects and message (version refs). A `suffix`
-    on the file names files something other than the objects themselves (pointers);
-    without `fanout` every file is in the root tree (a pointer ref: two trees a chunk
-    more would be most of what its push sends, and of what the server unpacks).
+    on the file names files something other than the objects themselves (pointers).
     """
-    if fanout:
-        root = _fanned(pack, objects, suffix)
-    else:
-        files = [(BLOB, (h.hex() + suffix).encode(), oid) for h, oid in objects]
-        root = pack.add("tree", [tree_body(files)])
+    level2: dict[str, dict[str, list[tuple[str, bytes, bytes]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for content_hash, oid in objects:
+        h = content_hash.hex()
+        level2[h[:2]][h[2:4]].append((BLOB, (h + suffix).encode(), oid))
+    top = []
+    for a, subdirs in level2.items():
+        mid = [
+            (TREE, b.encode(), pack.add("tree", [tree_body(ents)])) for b, ents in subdirs.items()
+        ]
+        top.append((TREE, a.encode(), pack.add("tree", [tree_body(mid)])))
+    root = pack.add("tree", [tree_body(top)])
     msg = message or f"git-mgit objects\n\n{len(objects)} tensor objects\n"
     return pack.add(
         "commit",
@@ -57,23 +62,6 @@ def write_anchor(
             )
         ],
     ).hex()
-
-
-def _fanned(pack: PackWriter, objects: Sequence[tuple[bytes, bytes]], suffix: str) -> bytes:
-    """The root tree filing each object as ab/cd/<hex><suffix>."""
-    level2: dict[str, dict[str, list[tuple[str, bytes, bytes]]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    for content_hash, oid in objects:
-        h = content_hash.hex()
-        level2[h[:2]][h[2:4]].append((BLOB, (h + suffix).encode(), oid))
-    top = []
-    for a, subdirs in level2.items():
-        mid = [
-            (TREE, b.encode(), pack.add("tree", [tree_body(ents)])) for b, ents in subdirs.items()
-        ]
-        top.append((TREE, a.encode(), pack.add("tree", [tree_body(mid)])))
-    return pack.add("tree", [tree_body(top)])
 
 
 def anchor_size(content_hashes: Iterable[bytes]) -> int:

@@ -21,7 +21,7 @@ from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.transfer import history, layout, notes, publish
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.remotes import Listing, push_listing, remember, remembered
-from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.blobs import BlobStoreError, Pointer
 from git_mgit.transfer.stores.choice import REFS, Choice, choose, recorded_store
 from git_mgit.transfer.stores.gitpush import push_limit
 from git_mgit.transfer.stores.pointers import pointed
@@ -131,7 +131,8 @@ def _push_versions(
         # the remote's whole versions among those involved, where their pointer refs are here:
         # what their chunks cost whole, and a checkpoint's frozen layers, filed as they are
         held = [r for v in cands.versions if (r := published.best(v)) is not None and r.whole]
-        there = {} if report.store.kind == REFS else pointed(repo, held).get(report.store.url, {})
+        filed = {} if report.store.kind == REFS else pointed(repo, held).get(report.store.url, {})
+        there = {h: p for h, p in filed.items() if isinstance(p, Pointer)}  # not those inline
         sizes = {h: p.size for h, p in there.items()}
         estimates = layout.estimate(store, cands, settings.max_chain_depth, read, sizes)
         plan = layout.decide(cands, estimates, settings.fetch_budget, settings.max_chain_depth)

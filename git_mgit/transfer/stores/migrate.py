@@ -18,14 +18,17 @@ from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
+from git_mgit.store.gitobjects import object_id
 from git_mgit.store.lookup import RECORD_REF, anchor_objects, anchor_tips
 from git_mgit.transfer.fetch import keep_replaced
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.remotes import list_versions, transfer
-from git_mgit.transfer.stores import pointers
+from git_mgit.transfer.stores import pointer, pointers
+from git_mgit.transfer.stores.blobs import Pointer
 from git_mgit.transfer.stores.choice import REFS, Choice, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_limit
 from git_mgit.transfer.stores.objectbytes import ObjectBytes
+from git_mgit.transfer.stores.pointer import Inline
 from git_mgit.transfer.stores.registry import store_for
 from git_mgit.transfer.versions import Published, VersionRef
 
@@ -75,6 +78,22 @@ def _fetch_all(repo: Repo, store: ChunkStore, remote: str, refs: list[VersionRef
     pointers.resolve(store, remote, refs, exact=True)  # the objects themselves, to send on
 
 
+def _inline_here(repo: Repo, filing: Inline) -> tuple[str, int] | None:
+    """(oid, size) of the object a version ref files inline, where the fetch unpacked it."""
+    text = repo.cat_blobs([filing.blob])[0]
+    data = pointer.parse_inline(text) if text is not None else None
+    if data is None:
+        return None
+    oid = object_id("blob", [data]).hex()
+    return (oid, len(data)) if repo.existing([oid]) else None
+
+
+def _named(filing: Pointer | Inline) -> str:
+    return (
+        f"sha256:{filing.oid[:12]}" if isinstance(filing, Pointer) else f"blob {filing.blob[:12]}"
+    )
+
+
 def _store_of(repo: Repo, ref: VersionRef) -> str:
     body = repo.cat_blobs([ref.commit])[0] or b""
     return parse_record(body.decode("utf-8", "replace")) or REFS
@@ -86,10 +105,10 @@ def _written(repo: Repo, bytes_of: ObjectBytes, ref: VersionRef, target: Choice)
     filed = {h: (oid, size) for h, oid, size in anchor_objects(repo, [ref.commit], [])}
     for chunks in pointers.pointed(repo, [ref]).values():
         for h, p in chunks.items():
-            found = bytes_of.holder(h, p)
+            found = _inline_here(repo, p) if isinstance(p, Inline) else bytes_of.holder(h, p)
             if found is None:
                 raise MgitError(
-                    f"object sha256:{p.oid[:12]} of version {ref.version[:12]} is not here after "
+                    f"object {_named(p)} of version {ref.version[:12]} is not here after "
                     "fetching it; run `git mgit fsck`, then the migration again"
                 )
             filed[h] = found

@@ -27,12 +27,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from git_mgit import hashing
 from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.store import anchors
+from git_mgit.store.anchors import BLOB, IDENT
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.gitobjects import DIR_MODE, tree_entries
+from git_mgit.store.gitobjects import DIR_MODE, commit_body, tree_body, tree_entries
 from git_mgit.store.lookup import RECORD_REF
 from git_mgit.store.packwriter import PackWriter, built
 from git_mgit.transfer.stores import pointer
@@ -41,6 +43,7 @@ from git_mgit.transfer.stores.blobs import BlobStore, Data, Pointer
 from git_mgit.transfer.stores.choice import Choice, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import Gate, push, push_refs
 from git_mgit.transfer.stores.objectbytes import ObjectBytes
+from git_mgit.transfer.stores.pointer import Inline
 from git_mgit.transfer.stores.registry import blob_store
 from git_mgit.transfer.versions import VersionRef
 
@@ -67,10 +70,14 @@ class PointerStore(Store):
     ) -> Iterator[Receiver]:
         """Uploads begin with the first objects written (on a thread of their own); a
         chunk `there` names is filed under its pointer (a checkpoint's frozen layers:
-        neither encoded again nor sent)."""
+        neither encoded again nor sent); objects up to mgit.inlineSize are filed in git."""
+        from git_mgit import config
         from git_mgit.transfer.stores.upload import Upload
 
-        self._upload = Upload(self.repo, self.remote, self.choice.url, store, self._opening, there)
+        inline = config.load(self.repo).inline_size
+        self._upload = Upload(
+            self.repo, self.remote, self.choice.url, store, self._opening, there, inline
+        )
         try:
             yield self._upload
         finally:
@@ -91,7 +98,7 @@ class PointerStore(Store):
         repo, url, upload = self.repo, self.choice.url, self._upload
         upload.hand_over(o for w in written for o in w.objects.values())
         upload.hashed()  # the pointers are known before the last bytes are sent
-        _pointer_commits(repo, written, upload.pointers, url)
+        _pointer_commits(repo, written, upload.pointers, upload.inline, url)
         specs = {w.ref.name: w.ref.commit for w in written}
         if RECORD_REF not in listing and not self.choice.reason.startswith("the remote records"):
             specs[RECORD_REF] = anchors.commit_blobs(repo, [], record_text(url))
@@ -115,29 +122,45 @@ class PointerStore(Store):
 
 
 def _pointer_commits(
-    repo: Repo, written: Sequence[Written], pointers: dict[str, Pointer], url: str
+    repo: Repo,
+    written: Sequence[Written],
+    pointers: dict[str, Pointer],
+    inline: dict[str, bytes],
+    url: str,
 ) -> None:
-    """Write each version's pointer commit (w.ref.commit); the refs are set once the store
-    holds the objects. Their objects need no anchor of their own: a push keeps none of
-    those it encoded, and the rest were anchored where they were written (by `git add`, or
-    by the fetch of a migration)."""
+    """Write each version's pointer commit (w.ref.commit), filing each chunk's pointer, or
+    its object as text where it is `inline`; the refs are set once the store holds the
+    rest. Their objects need no anchor of their own: a push keeps none of those it
+    encoded, and the rest were anchored where they were written (by `git add`, or by the
+    fetch of a migration)."""
     with PackWriter(repo.objects_dir) as pack:
-        files = {oid: pack.add("blob", [pointer.render(p)]) for oid, p in pointers.items()}
+        files = {
+            **{
+                oid: (pointer.SUFFIX, pack.add("blob", [pointer.render(p)]))
+                for oid, p in pointers.items()
+            },
+            **{
+                oid: (pointer.INLINE_SUFFIX, pack.add("blob", [pointer.render_inline(d)]))
+                for oid, d in inline.items()
+            },
+        }
         for w in written:
-            entries = sorted((h, files[oid]) for h, (oid, _) in w.objects.items())
+            entries = [
+                (BLOB, (h.hex() + files[oid][0]).encode(), files[oid][1])
+                for h, (oid, _) in w.objects.items()
+            ]
+            root = pack.add("tree", [tree_body(entries)])
             message = f"{w.ref.message}\nstore {url}\n"
-            commit = anchors.write_anchor(
-                pack, entries, timestamp=0, message=message, suffix=pointer.SUFFIX, fanout=False
-            )
+            commit = pack.add("commit", [commit_body(root.hex(), [], message, IDENT, 0)]).hex()
             w.ref = VersionRef(w.ref.version, w.ref.bases, commit)
         pack.finish()
 
 
-def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Pointer]]:
-    """Store URL -> {chunk hash: pointer} over the pointer refs among `refs` (here; the
-    first ref to file a chunk names its pointer). Trees are read a level at a time for
-    every ref at once, through the repository's kept `git cat-file`: a flat tree, or the
-    ab/cd/ fan-out of refs pushed before 2026-11-29."""
+def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Pointer | Inline]]:
+    """Store URL -> {chunk hash: its pointer, or its object filed inline} over the pointer
+    refs among `refs` (here; the first ref to file a chunk names it). Trees are read a level
+    at a time for every ref at once, through the repository's kept `git cat-file`: a flat
+    tree, or the ab/cd/ fan-out of refs pushed before 2026-11-29."""
     refs = [r for r in refs if r.commit]
     level: list[tuple[int, str, str]] = []  # (ref's place, its store URL, a tree to read)
     for i, body in enumerate(repo.cat_blobs([r.commit for r in refs])):
@@ -145,22 +168,30 @@ def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Poi
         if url is not None and body is not None and body.startswith(b"tree "):
             level.append((i, url, body[5:45].decode("ascii", "replace")))  # else a refs store's
     files: list[tuple[int, str, bytes, str]] = []  # (place, URL, chunk hash, pointer blob)
+    texts: list[tuple[int, str, bytes, str]] = []  # (place, URL, chunk hash, inline blob)
     for _ in range(3):  # the root; a fanned-out ref's ab/ and ab/cd/ trees
         below: list[tuple[int, str, str]] = []
         for (i, url, t), tree in zip(level, repo.cat_blobs([t for *_, t in level]), strict=True):
             for mode, name, oid in _entries(refs[i], t, tree or b""):
-                h = None if mode == DIR_MODE else pointer.chunk_of(name.decode("ascii", "replace"))
+                text = name.decode("ascii", "replace")
                 if mode == DIR_MODE:
                     below.append((i, url, oid))
-                elif h is not None:
+                elif (h := pointer.chunk_of(text)) is not None:
                     files.append((i, url, h, oid))
+                elif (h := pointer.chunk_of(text, pointer.INLINE_SUFFIX)) is not None:
+                    texts.append((i, url, h, oid))
         level = below
-    files.sort(key=lambda f: f[0])
-    out: dict[str, dict[bytes, Pointer]] = defaultdict(dict)
-    for (_, url, h, _), data in zip(files, repo.cat_blobs([f[3] for f in files]), strict=True):
+    found: list[tuple[int, str, bytes, Pointer | Inline]] = [
+        (i, url, h, Inline(oid, refs[i].name)) for i, url, h, oid in texts
+    ]
+    bodies = repo.cat_blobs([f[3] for f in files])
+    for (i, url, h, _), data in zip(files, bodies, strict=True):
         p = pointer.parse(data) if data is not None else None
         if p is not None:
-            out[url].setdefault(h, p)
+            found.append((i, url, h, p))
+    out: dict[str, dict[bytes, Pointer | Inline]] = defaultdict(dict)
+    for _, url, h, filing in sorted(found, key=lambda f: f[0]):
+        out[url].setdefault(h, filing)
     return out
 
 
@@ -199,9 +230,14 @@ def resolve(
         return here.holder(h, p) is None if exact else not store.has(h)
 
     for url, chunks in pointed(repo, refs).items():
+        texts = {h: f for h, f in chunks.items() if isinstance(f, Inline)}
+        texts = {h: f for h, f in texts.items() if exact or not store.has(h)}
+        if texts:  # filed in git: the refs brought them
+            came += _unpack(repo, texts, arrived)
+            store.invalidate()
         wanted: dict[Pointer, list[bytes]] = defaultdict(list)
         for h, p in chunks.items():
-            if lacks(h, p):
+            if isinstance(p, Pointer) and lacks(h, p):
                 wanted[p].append(h)
         if not wanted:
             continue
@@ -211,6 +247,31 @@ def resolve(
         finally:
             blobs.close()
         store.invalidate()
+    return came
+
+
+def _unpack(repo: Repo, texts: dict[bytes, Inline], arrived: Arrived | None) -> int:
+    """The objects version refs file inline, decoded into a pack here and anchored (what a
+    migration sends on, and what a checkout reads); their bytes."""
+    items = sorted(texts.items())
+    got: list[tuple[bytes, bytes]] = []
+    came = 0
+    with PackWriter(repo.objects_dir) as pack:
+        for (h, f), text in zip(items, repo.cat_blobs([f.blob for _, f in items]), strict=True):
+            data = pointer.parse_inline(text) if text is not None else None
+            if data is None:
+                raise MgitError(
+                    f"version ref {f.ref}: the object it files inline for chunk "
+                    f"{hashing.to_text(h)} is missing or not base64 (blob {f.blob}); "
+                    "run `git fsck`, and fetch the ref again (`git mgit fetch`)"
+                )
+            if arrived is not None:
+                arrived(h, data)
+            got.append((h, pack.add("blob", [data])))
+            came += len(data)
+        commit = anchors.write_anchor(pack, got)
+        pack.finish()
+    anchors.set_ref(repo, commit)
     return came
 
 

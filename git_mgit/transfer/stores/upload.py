@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from git_mgit.console.progress import Progress
 from git_mgit.gitcmd import Repo
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.gitobjects import Part
+from git_mgit.store.gitobjects import Part, byte_view
 from git_mgit.transfer.stores.base import Sent
 from git_mgit.transfer.stores.blobs import IDLE, Pointer
 from git_mgit.transfer.stores.objectbytes import ObjectBytes
@@ -49,12 +49,17 @@ class Upload:
         store: ChunkStore,
         opening: Opening | None = None,
         there: Mapping[bytes, Pointer] | None = None,
+        inline: int = 0,
     ) -> None:
         """`there`: chunk hash -> the object the store holds for it whole (whole()),
-        pointers this clone has."""
+        pointers this clone has. Objects of at most `inline` bytes are not sent: their
+        bytes are kept (self.inline) for the version refs to file (pointer.py)."""
         self.read = ObjectBytes(store)
         self._there = there or {}
+        self._named: set[str] = set()  # objects only the store has (whole())
+        self._inline_size = inline
         self.pointers: dict[str, Pointer] = {}  # every object handed over, hashed
+        self.inline: dict[str, bytes] = {}  # objects handed over, filed in git: their bytes
         self.sent = Sent()
         self._repo, self._remote, self._url = repo, remote, url
         self._opening = opening
@@ -75,7 +80,7 @@ class Upload:
         so that the push stops writing."""
         if self._error is not None:
             raise self._error
-        self._queue.put(list(objects))
+        self._queue.put(self._to_send(objects))
 
     def whole(self, h: bytes) -> tuple[str, int] | None:
         """(name, size) of the object the store holds for chunk `h` whole, where this clone
@@ -84,6 +89,7 @@ class Upload:
         if p is None:
             return None
         self.read.name(p)
+        self._named.add(p.oid)
         return p.oid, p.size
 
     def hold(self, parts: Sequence[Part]) -> str:
@@ -92,20 +98,36 @@ class Upload:
         readable() does."""
         if self._error is not None:
             raise self._error
+        if sum(byte_view(part).nbytes for part in parts) <= self._inline_size:
+            data = b"".join(byte_view(part) for part in parts)
+            p = Pointer.of(data)  # its name, as a sent object's
+            self.inline[p.oid] = data
+            return p.oid
         p = self.read.hold(
             parts, lambda: self._error or (_Cancelled() if self._cancelled else None)
         )
         self._queue.put([(p.oid, p.size)])
         return p.oid
 
+    def _to_send(self, objects: Objects) -> list[tuple[str, int]]:
+        """Those of `objects` to send; the bytes of those filed in git are read now."""
+        out = []
+        for oid, size in objects:
+            if size > self._inline_size or oid in self._named:
+                out.append((oid, size))
+            elif oid not in self.inline:
+                self.inline[oid] = self.read.bytes(oid).joined()
+        return out
+
     def hand_over(self, objects: Objects) -> None:
         """The last objects to send (those already handed over are not sent twice)."""
         objects = dict(objects)
         self._handed = list(objects)
-        self._queue.put(list(objects.items()))
+        sent = self._to_send(objects.items())
+        self._queue.put(sent)
         self._queue.put(None)
         with self._lock:
-            left = sum(objects.values()) - self.sent.bytes
+            left = sum(size for _, size in sent) - self.sent.bytes
             self._progress = Progress(f"git-mgit: uploading to {self._where}", max(left, 0))
 
     def hashed(self) -> None:
@@ -113,7 +135,7 @@ class Upload:
         failed, as wait() does (the progress ended). Where none needs hashing (a push's
         objects were hashed as they were encoded) that is now, not once the uploads took
         the last of them: the pointer refs' push connects while they are sent."""
-        pending = [oid for oid in self._handed if oid not in self.pointers]
+        pending = [o for o in self._handed if o not in self.pointers and o not in self.inline]
         known = [(oid, p) for oid in pending if (p := self.read.known(oid)) is not None]
         if len(known) == len(pending) and self._error is None:
             self.pointers.update(known)

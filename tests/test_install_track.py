@@ -118,22 +118,25 @@ def test_install_refuses_a_foreign_value_without_force(isolated_git, outside, ca
 
 
 def test_uninstall_removes_only_our_values_and_empty_sections(isolated_git, outside, capsys):
+    before = git("config", "--global", "--get-regexp", "mgit").splitlines()  # the suite's own
     assert mgit(capsys, "install")[0] == 0
     git("config", "--global", "filter.mgit.smudge", "my-own smudge")
     rc, out, _ = mgit(capsys, "uninstall")
     assert rc == 0
     assert "left filter.mgit.smudge alone" in out
-    assert git("config", "--global", "--get-regexp", "mgit") == "filter.mgit.smudge my-own smudge"
+    after = git("config", "--global", "--get-regexp", "mgit").splitlines()
+    assert after == [*before, "filter.mgit.smudge my-own smudge"]
     text = global_config(isolated_git)
     assert '[merge "mgit"]' not in text and '[diff "mgit"]' not in text
     assert git("config", "--global", "init.defaultBranch") == "main"
 
 
 def test_install_local_writes_only_the_repository_config(isolated_git, repo, capsys):
+    before = global_config(isolated_git)
     assert mgit(capsys, "install", "--local", "--skip-repo")[0] == 0
     for key, value in setup.FILTER_CONFIG.items():
         assert git("config", "--local", key) == value
-    assert "mgit" not in global_config(isolated_git)
+    assert global_config(isolated_git) == before
     assert not (repo / ".git" / "hooks" / "pre-push").exists()  # --skip-repo
     assert mgit(capsys, "uninstall", "--local")[0] == 0
     assert git("config", "--local", "--get-regexp", "mgit", check=False) == ""
@@ -145,10 +148,11 @@ def test_install_system_writes_the_system_config(
     system = tmp_path / "gitconfig-system"
     monkeypatch.setenv("GIT_CONFIG_SYSTEM", str(system))
     monkeypatch.delenv("GIT_CONFIG_NOSYSTEM")
+    before = global_config(isolated_git)
     assert mgit(capsys, "install", "--system")[0] == 0
     for key, value in setup.FILTER_CONFIG.items():
         assert git("config", "--file", str(system), key) == value
-    assert "mgit" not in global_config(isolated_git)
+    assert global_config(isolated_git) == before
     assert mgit(capsys, "uninstall", "--system")[0] == 0
     assert "mgit" not in system.read_text()
 

@@ -58,6 +58,14 @@ def tree(rev: str, dest: Path) -> Path:
     return dest
 
 
+def report(times: dict[str, list[float]], rev_a: str, rev_b: str, sort: bool = False) -> None:
+    """Each side's median and its times (sorted, or in the order they ran)."""
+    for side, rev in (("a", rev_a), ("b", rev_b)):
+        ts = sorted(times[side]) if sort else times[side]
+        runs = " ".join(f"{t:.3f}" for t in ts)
+        print(f"{side} ({rev}): median {statistics.median(ts):.3f} s of {runs}")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="scripts/ab", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="runs per revision (default 5)")
@@ -82,10 +90,7 @@ def main(argv: list[str]) -> int:
                 subprocess.run(command, env=env, cwd=cwd, check=True)
                 times[side].append(time.perf_counter() - began)
             print(f"round {i + 1}: a {times['a'][-1]:.3f} s, b {times['b'][-1]:.3f} s", flush=True)
-        for side, rev in (("a", args.a), ("b", args.b)):
-            ts = sorted(times[side])
-            runs = " ".join(f"{t:.3f}" for t in ts)
-            print(f"{side} ({rev}): median {statistics.median(ts):.3f} s of {runs}")
+        report(times, args.a, args.b, sort=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

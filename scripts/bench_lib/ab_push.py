@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -73,9 +72,7 @@ def main(argv: list[str]) -> int:
                 times[side].append(time.perf_counter() - began)
                 print(f"push {i + 1}: {side} {times[side][-1]:.3f} s", flush=True)
         print(f"{label}, {args.store}, after {args.history} checkpoints:")
-        for side, rev in (("a", args.a), ("b", args.b)):
-            runs = " ".join(f"{t:.3f}" for t in times[side])
-            print(f"{side} ({rev}): median {statistics.median(times[side]):.3f} s of {runs}")
+        ab.report(times, args.a, args.b)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

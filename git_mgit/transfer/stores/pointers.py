@@ -231,79 +231,97 @@ def resolve(
 
     for url, chunks in pointed(repo, refs).items():
         texts = {h: f for h, f in chunks.items() if isinstance(f, Inline)}
-        texts = {h: f for h, f in texts.items() if exact or not store.has(h)}
-        if texts:  # filed in git: the refs brought them
-            came += _unpack(repo, texts, arrived)
-            store.invalidate()
+        inline = _decoded(repo, {h: f for h, f in texts.items() if exact or not store.has(h)})
         wanted: dict[Pointer, list[bytes]] = defaultdict(list)
         for h, p in chunks.items():
             if isinstance(p, Pointer) and lacks(h, p):
                 wanted[p].append(h)
-        if not wanted:
+        if not wanted and not inline:
             continue
-        blobs = blob_store(repo, remote, url)
+        blobs = blob_store(repo, remote, url) if wanted else None  # none for objects in git
         try:
-            came += _download(repo, blobs, wanted, arrived)
+            came += _download(repo, blobs, wanted, arrived, inline)
         finally:
-            blobs.close()
+            if blobs is not None:
+                blobs.close()
         store.invalidate()
     return came
 
 
-def _unpack(repo: Repo, texts: dict[bytes, Inline], arrived: Arrived | None) -> int:
-    """The objects version refs file inline, decoded into a pack here and anchored (what a
-    migration sends on, and what a checkout reads); their bytes."""
+def _decoded(repo: Repo, texts: dict[bytes, Inline]) -> list[tuple[bytes, bytes]]:
+    """(chunk hash, object) of each object version refs file inline, decoded from its text."""
     items = sorted(texts.items())
-    got: list[tuple[bytes, bytes]] = []
-    came = 0
-    with PackWriter(repo.objects_dir) as pack:
-        for (h, f), text in zip(items, repo.cat_blobs([f.blob for _, f in items]), strict=True):
-            data = pointer.parse_inline(text) if text is not None else None
-            if data is None:
-                raise MgitError(
-                    f"version ref {f.ref}: the object it files inline for chunk "
-                    f"{hashing.to_text(h)} is missing or not base64 (blob {f.blob}); "
-                    "run `git fsck`, and fetch the ref again (`git mgit fetch`)"
-                )
-            if arrived is not None:
-                arrived(h, data)
-            got.append((h, pack.add("blob", [data])))
-            came += len(data)
-        commit = anchors.write_anchor(pack, got)
-        pack.finish()
-    anchors.set_ref(repo, commit)
-    return came
+    out = []
+    for (h, f), text in zip(items, repo.cat_blobs([f.blob for _, f in items]), strict=True):
+        data = pointer.parse_inline(text) if text is not None else None
+        if data is None:
+            raise MgitError(
+                f"version ref {f.ref}: the object it files inline for chunk "
+                f"{hashing.to_text(h)} is missing or not base64 (blob {f.blob}); "
+                "run `git fsck`, and fetch the ref again (`git mgit fetch`)"
+            )
+        out.append((h, data))
+    return out
 
 
 def _download(
-    repo: Repo, blobs: BlobStore, wanted: dict[Pointer, list[bytes]], arrived: Arrived | None
+    repo: Repo,
+    blobs: BlobStore | None,
+    wanted: dict[Pointer, list[bytes]],
+    arrived: Arrived | None,
+    inline: Sequence[tuple[bytes, bytes]] = (),
 ) -> int:
-    """Verified objects into one pack, anchored; kept up to a failure, which is raised."""
+    """The `inline` objects, then the verified downloads, into one pack, anchored; kept up
+    to a failure, which is raised. Bytes: those downloaded and those decoded."""
     got: list[tuple[bytes, bytes]] = []
     came = 0
-    progress = Progress(
-        f"git-mgit: downloading from {blobs.describe()}", sum(p.size for p in wanted)
-    )
+    for h, data in inline:
+        if arrived is not None:
+            arrived(h, data)
     # told its count (every object and their anchor), the pack is hashed as it is written,
     # each entry framed on the cores while the one before is hashed and written
-    count = len(wanted) + anchors.anchor_size(h for hs in wanted.values() for h in hs)
+    hashes = [*(h for hs in wanted.values() for h in hs), *(h for h, _ in inline)]
+    count = len(wanted) + len(inline) + anchors.anchor_size(hashes)
     with PackWriter(repo.objects_dir, expected=count) as pack:
+        progress = None
         try:
-
-            def objects() -> Iterator[tuple[Pointer, str, Data]]:
-                for p, data in blobs.download(sorted(wanted), progress.update):
-                    for h in wanted[p] if arrived is not None else ():
-                        arrived(h, data)
-                    yield p, "blob", data
-
-            for p, entry in built(objects()):
-                oid = pack.add_entry(entry)
-                got.extend((h, oid) for h in wanted[p])
-                came += p.size
+            for h, data in inline:
+                got.append((h, pack.add("blob", [data])))
+                came += len(data)
+            if blobs is not None:
+                progress = Progress(
+                    f"git-mgit: downloading from {blobs.describe()}", sum(p.size for p in wanted)
+                )
+                came += _downloaded(blobs, wanted, arrived, progress, pack, got)
         finally:
-            progress.finish()
+            if progress is not None:
+                progress.finish()
             commit = anchors.write_anchor(pack, sorted(got)) if got else None
             pack.finish()  # nothing added: the empty pack is discarded
             if commit is not None:
                 anchors.set_ref(repo, commit)
+    return came
+
+
+def _downloaded(
+    blobs: BlobStore,
+    wanted: dict[Pointer, list[bytes]],
+    arrived: Arrived | None,
+    progress: Progress,
+    pack: PackWriter,
+    got: list[tuple[bytes, bytes]],
+) -> int:
+    """Each object `wanted` names, verified by the store, added to `pack` (and to `got`)."""
+    came = 0
+
+    def objects() -> Iterator[tuple[Pointer, str, Data]]:
+        for p, data in blobs.download(sorted(wanted), progress.update):
+            for h in wanted[p] if arrived is not None else ():
+                arrived(h, data)
+            yield p, "blob", data
+
+    for p, entry in built(objects()):
+        oid = pack.add_entry(entry)
+        got.extend((h, oid) for h in wanted[p])
+        came += p.size
     return came

@@ -4,7 +4,8 @@ Publishing a version: its objects are uploaded first, beginning while the
 push still writes them (upload.py; the blob store is asked which it lacks:
 nothing is sent twice), then its version ref is pushed (a push begun while
 the last objects upload, which sends once they are in: gitpush.Gate)
-as a commit whose tree files a pointer per chunk (pointer.py) and whose
+as a commit whose tree files a pointer per chunk, or the object itself as
+text where it is no larger than mgit.inlineSize (pointer.py), and whose
 message ends with `store <url>`: the ref says where its bytes are, so any
 clone fetches them with nothing configured, and a history whose versions
 went to different stores (before and after a migration) still resolves.
@@ -16,7 +17,7 @@ anchored.
 Fetching (resolve): after git brought the version refs, the pointers of the
 chunks this clone lacks are downloaded in one batch per store, each object
 checked against its SHA-256 before it is written into a new pack, which is
-anchored; what was verified before a failure is kept. A caller may watch the
+anchored, beside the objects the refs file inline (decoded from their text); what was verified before a failure is kept. A caller may watch the
 objects as they arrive (`arrived`: a checkout decodes them meanwhile).
 """
 

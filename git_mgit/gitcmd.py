@@ -302,15 +302,16 @@ class Repo:
         """The fields `format` names (`%(objectname) %(objectsize)`) of each of `oids` this
         repository has, in order: asked of this Repo's `git cat-file --batch-check`."""
         names = list(oids)
-        atoms = [_INFO_FIELDS.get(atom) for atom in format.split()]
         if not names:
             return []
-        if None in atoms:  # an atom the kept process does not print: a process of its own
+        if any(atom not in _INFO_FIELDS for atom in format.split()):
+            # an atom the kept process does not print: a process of its own
             out = self.git_bytes("cat-file", f"--batch-check={format}", input=_lines(names))
             lines = out.decode("utf-8", "replace").splitlines()
             return [line.split() for line in lines if not line.endswith(" missing")]
+        atoms = [_INFO_FIELDS[atom] for atom in format.split()]
         answers = self._info.ask(names)
-        return [[a[0][i] for i in atoms if i is not None] for a in answers if a is not None]
+        return [[a[0][i] for i in atoms] for a in answers if a is not None]
 
     def deletions(self, refs: Iterable[str]) -> list[str]:
         """`update-ref --stdin` lines deleting those of `refs` that exist here."""

@@ -23,7 +23,7 @@ from git_mgit.store.lookup import RECORD_REF, anchor_objects, anchor_tips
 from git_mgit.transfer.fetch import keep_replaced
 from git_mgit.transfer.publish import Written
 from git_mgit.transfer.remotes import list_versions, transfer
-from git_mgit.transfer.stores import pointer, pointers
+from git_mgit.transfer.stores import pointers
 from git_mgit.transfer.stores.blobs import Pointer
 from git_mgit.transfer.stores.choice import REFS, Choice, parse_record, record_text
 from git_mgit.transfer.stores.gitpush import push, push_limit
@@ -78,12 +78,9 @@ def _fetch_all(repo: Repo, store: ChunkStore, remote: str, refs: list[VersionRef
     pointers.resolve(store, remote, refs, exact=True)  # the objects themselves, to send on
 
 
-def _inline_here(repo: Repo, filing: Inline) -> tuple[str, int] | None:
+def _inline_here(repo: Repo, h: bytes, filing: Inline) -> tuple[str, int] | None:
     """(oid, size) of the object a version ref files inline, where the fetch unpacked it."""
-    text = repo.cat_blobs([filing.blob])[0]
-    data = pointer.parse_inline(text) if text is not None else None
-    if data is None:
-        return None
+    ((_, data),) = pointers.decoded(repo, {h: filing})
     oid = object_id("blob", [data]).hex()
     return (oid, len(data)) if repo.existing([oid]) else None
 
@@ -105,7 +102,7 @@ def _written(repo: Repo, bytes_of: ObjectBytes, ref: VersionRef, target: Choice)
     filed = {h: (oid, size) for h, oid, size in anchor_objects(repo, [ref.commit], [])}
     for chunks in pointers.pointed(repo, [ref]).values():
         for h, p in chunks.items():
-            found = _inline_here(repo, p) if isinstance(p, Inline) else bytes_of.holder(h, p)
+            found = _inline_here(repo, h, p) if isinstance(p, Inline) else bytes_of.holder(h, p)
             if found is None:
                 raise MgitError(
                     f"object {_named(p)} of version {ref.version[:12]} is not here after "

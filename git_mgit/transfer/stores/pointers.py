@@ -169,7 +169,7 @@ def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Poi
         if url is not None and body is not None and body.startswith(b"tree "):
             level.append((i, url, body[5:45].decode("ascii", "replace")))  # else a refs store's
     files: list[tuple[int, str, bytes, str]] = []  # (place, URL, chunk hash, pointer blob)
-    texts: list[tuple[int, str, bytes, str]] = []  # (place, URL, chunk hash, inline blob)
+    found: list[tuple[int, str, bytes, Pointer | Inline]] = []  # (place, URL, hash, filing)
     for _ in range(3):  # the root; a fanned-out ref's ab/ and ab/cd/ trees
         below: list[tuple[int, str, str]] = []
         for (i, url, t), tree in zip(level, repo.cat_blobs([t for *_, t in level]), strict=True):
@@ -180,11 +180,8 @@ def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Poi
                 elif (h := pointer.chunk_of(text)) is not None:
                     files.append((i, url, h, oid))
                 elif (h := pointer.chunk_of(text, pointer.INLINE_SUFFIX)) is not None:
-                    texts.append((i, url, h, oid))
+                    found.append((i, url, h, Inline(oid, refs[i].name)))
         level = below
-    found: list[tuple[int, str, bytes, Pointer | Inline]] = [
-        (i, url, h, Inline(oid, refs[i].name)) for i, url, h, oid in texts
-    ]
     bodies = repo.cat_blobs([f[3] for f in files])
     for (i, url, h, _), data in zip(files, bodies, strict=True):
         p = pointer.parse(data) if data is not None else None
@@ -232,7 +229,7 @@ def resolve(
 
     for url, chunks in pointed(repo, refs).items():
         texts = {h: f for h, f in chunks.items() if isinstance(f, Inline)}
-        inline = _decoded(repo, {h: f for h, f in texts.items() if exact or not store.has(h)})
+        inline = decoded(repo, {h: f for h, f in texts.items() if exact or not store.has(h)})
         wanted: dict[Pointer, list[bytes]] = defaultdict(list)
         for h, p in chunks.items():
             if isinstance(p, Pointer) and lacks(h, p):
@@ -249,8 +246,9 @@ def resolve(
     return came
 
 
-def _decoded(repo: Repo, texts: dict[bytes, Inline]) -> list[tuple[bytes, bytes]]:
-    """(chunk hash, object) of each object version refs file inline, decoded from its text."""
+def decoded(repo: Repo, texts: dict[bytes, Inline]) -> list[tuple[bytes, bytes]]:
+    """(chunk hash, object) of each object version refs file inline, decoded from its text;
+    one line naming the ref where a text is missing or not base64."""
     items = sorted(texts.items())
     out = []
     for (h, f), text in zip(items, repo.cat_blobs([f.blob for _, f in items]), strict=True):

@@ -17,6 +17,7 @@ from typing import NoReturn
 
 from git_mgit.errors import MgitError
 from git_mgit.resources.files import allow_open_files
+from git_mgit.resources.malloc import reuse_freed_chunks
 
 # subcommand name -> module under git_mgit.cli
 COMMANDS: dict[str, str] = {
@@ -168,6 +169,7 @@ def entry() -> NoReturn:
     by then: files are written through raw descriptors or closed, and stdio is flushed
     here). Anything else, or a thread of its own still running, exits the usual way."""
     allow_open_files()  # a read from many packs holds two descriptors each
+    reuse_freed_chunks()  # chunk-sized buffers: their pages faulted in once, not per chunk
     code = main()
     if _command(sys.argv[1:]) in WAITED_ON and _threads_done():
         for stream in (sys.stdout, sys.stderr):

@@ -18,9 +18,7 @@ def run(args: argparse.Namespace) -> int:
     ahead.begin(repo)  # a fresh checkout's listing of the remote, while the filter loads
     from git_mgit.filters.mgit_filter import MgitFilter
     from git_mgit.filters.process import serve
-    from git_mgit.resources.malloc import reuse_freed_chunks
 
-    reuse_freed_chunks()
     handler = MgitFilter(repo)
     try:
         return serve(handler)

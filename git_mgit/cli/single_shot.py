@@ -22,10 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from git_mgit.filters.mgit_filter import MgitFilter
     from git_mgit.filters.process import run_clean_once, run_smudge_once
-    from git_mgit.resources.malloc import reuse_freed_chunks
 
     once = run_clean_once if args.command == "clean" else run_smudge_once
-    reuse_freed_chunks()
     handler = MgitFilter(find_repo())
     try:
         return once(handler, args.path, sys.stdin.buffer, sys.stdout.buffer)

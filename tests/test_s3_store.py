@@ -120,6 +120,21 @@ def test_what_the_bucket_holds_is_not_sent_again(s3_bucket: S3Bucket, proxy: Fau
     assert store.missing(list(objects)) == []
 
 
+def test_uploads_are_signed_without_hashing_their_bodies_again(
+    s3_bucket: S3Bucket, proxy: FaultProxy
+) -> None:
+    """Each object's name is its SHA-256 and every download is checked against it, so a
+    PUT's signature leaves the body out (UNSIGNED-PAYLOAD, as AWS's SDKs sign uploads over
+    HTTPS) rather than hash every byte again; the store takes them, and they come back
+    exact."""
+    objects = _objects(*range(20, 24), 3 * MiB)
+    store = _store(s3_bucket.url(endpoint=proxy.url))
+    assert store.upload(list(objects), objects.__getitem__) == len(objects)
+    puts = [seen.content_sha256 for seen in proxy.requests if seen.method == "PUT"]
+    assert puts == ["UNSIGNED-PAYLOAD"] * len(objects)
+    assert dict(store.download(list(objects))) == objects
+
+
 def test_many_objects_are_asked_for_by_listing_not_one_head_each(
     s3_bucket: S3Bucket, proxy: FaultProxy
 ) -> None:

@@ -24,6 +24,7 @@ the wire (chunk framing included).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import socket
 import socketserver
@@ -51,6 +52,7 @@ class Seen:
     target: str  # path and query, as sent
     status: int | None = None  # the upstream's or the injected status; None: no answer
     fault: str | None = None  # "fail", "drop_request" or "drop_response" when one applied
+    content_sha256: str = ""  # its x-amz-content-sha256 header (an S3 client's payload hash)
 
 
 @dataclass
@@ -163,7 +165,7 @@ class FaultProxy(ServedOnThread):
     def requests(self) -> list[Seen]:
         """Every request so far, in arrival order (a copy)."""
         with self._lock:
-            return [Seen(s.method, s.target, s.status, s.fault) for s in self._seen]
+            return [dataclasses.replace(s) for s in self._seen]
 
     # -- used by the handler ----------------------------------------------------------
 
@@ -173,10 +175,12 @@ class FaultProxy(ServedOnThread):
         with self._lock:
             self._faults.append(fault)
 
-    def _arrive(self, method: str, target: str) -> tuple[Seen, _Fault | None]:
+    def _arrive(
+        self, method: str, target: str, content_sha256: str = ""
+    ) -> tuple[Seen, _Fault | None]:
         """Record a request and take the fault it meets, if any."""
         with self._lock:
-            seen = Seen(method, target)
+            seen = Seen(method, target, content_sha256=content_sha256)
             self._seen.append(seen)
             for fault in self._faults:
                 if fault.matches(method, target):
@@ -339,7 +343,7 @@ class _Handler(socketserver.StreamRequestHandler):
     def _serve(self, head: _Head) -> bool:
         """Answer one request; whether the connection can carry another."""
         method, target = head.start.decode("latin-1").split()[:2]
-        seen, fault = self.server.proxy._arrive(method, target)
+        seen, fault = self.server.proxy._arrive(method, target, head.get("x-amz-content-sha256"))
         keep = "close" not in head.get("Connection").lower() and head.start.rstrip().endswith(
             b"HTTP/1.1"
         )

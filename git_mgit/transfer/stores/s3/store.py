@@ -12,6 +12,8 @@
 - download(): `concurrency` GETs at once, at most `_AHEAD_BYTES` ahead of the
   caller; each object is checked against its SHA-256 and size by the worker
   that fetched it (so hashing runs on every core), before it is yielded.
+- Signatures leave bodies out (UNSIGNED-PAYLOAD): an object's name is its SHA-256
+  already, and every download is checked against it.
 - Retries are obstore's: 5xx, 429, dropped connections and bodies cut short
   (a GET resumes with a Range request), with exponential backoff and jitter
   (`Retry`; obstore does not read Retry-After).
@@ -90,7 +92,10 @@ class S3Store(BlobStore):
                 "AWS_SECRET_ACCESS_KEY, or name a profile of ~/.aws/credentials in AWS_PROFILE"
             )
         retry = retry or Retry()
-        config: dict[str, Any] = dict(self._chain.config)
+        # The signature leaves the body out (as AWS's SDKs sign uploads over HTTPS): signing
+        # it hashes every byte sent with SHA-256 a second time (the object's name is its
+        # SHA-256 already), and every download is checked against that name anyway.
+        config: dict[str, Any] = {**self._chain.config, "unsigned_payload": True}
         if location.endpoint:
             config["endpoint"] = location.endpoint
         if location.region:

@@ -127,23 +127,23 @@ def s3_bucket(seaweed: SeaweedServer, monkeypatch: pytest.MonkeyPatch) -> S3Buck
     return seaweed.new_bucket()
 
 
-@pytest.fixture(params=["file", "http", "lfs", "lfs-inline", "s3"])
+@pytest.fixture(params=["file", "http", "lfs", "lfs-inline", "s3", "s3-inline"])
 def store_remote(request: pytest.FixtureRequest, tmp_path: Path) -> Remote:
     """An empty remote for each store: version refs over file:// and over smart HTTP, Git
-    LFS (giftless beside git http-backend, `mgit.store lfs`; `lfs-inline` at
-    mgit.inlineSize's default, where every object of the tests' models travels in git),
-    and an S3 bucket (SeaweedFS) beside a file:// remote (`mgit.store s3://...`); set
-    --global, so clones use it too."""
+    LFS (giftless beside git http-backend, `mgit.store lfs`), and an S3 bucket
+    (SeaweedFS) beside a file:// remote (`mgit.store s3://...`); set --global, so clones
+    use it too. `lfs-inline` and `s3-inline` keep mgit.inlineSize's default, where every
+    object of the tests' models travels in git (the suite pins 0)."""
     if request.param == "file":
         return init_bare_remote(tmp_path / "remote.git")
     if request.param == "http":
         return init_http_remote(request.getfixturevalue("git_http_server"))
-    if request.param in ("lfs", "lfs-inline"):
+    if request.param.endswith("-inline"):
+        run_git("config", "--global", "--unset", "mgit.inlineSize", cwd=tmp_path)
+    if request.param.startswith("lfs"):
         server: LfsServer = request.getfixturevalue("lfs_server")
         url = server.repo_url()
         run_git("config", "--global", "mgit.store", "lfs", cwd=tmp_path)
-        if request.param == "lfs-inline":
-            run_git("config", "--global", "--unset", "mgit.inlineSize", cwd=tmp_path)
         return Remote(path=server.git_root / "org" / "repo.git", url=url, store="lfs")
     bucket: S3Bucket = request.getfixturevalue("s3_bucket")
     run_git("config", "--global", "mgit.store", bucket.url(), cwd=tmp_path)

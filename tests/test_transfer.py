@@ -146,7 +146,7 @@ def test_clone_holds_only_the_checkout_and_older_versions_come_in_one_fetch_each
     pointers_only = all(name.endswith((".lfs", ".b64")) for name in names)  # or objects as text
     assert names and pointers_only == (store_remote.store != "refs")  # bytes in LFS or S3
     inline = run_git("config", "--global", "mgit.inlineSize", cwd=tmp_path, check=False).stdout
-    texts = any(name.endswith(".b64") for name in names)  # the suite pins 0; lfs-inline unsets it
+    texts = any(name.endswith(".b64") for name in names)  # the suite pins 0; *-inline unset it
     assert texts == (store_remote.store != "refs" and inline.strip() != "0")
     other = tmp_path / "clone"
     # the objects: one batch for HEAD's version, after the clone's own transfer

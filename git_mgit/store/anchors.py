@@ -34,7 +34,8 @@ def write_anchor(
     Returns the commit id (hex). The caller finishes the pack, then calls set_ref().
     The commit time is the objects' age for gc; a fixed `timestamp` makes the
     anchor a pure function of its objects and message (version refs). A `suffix`
-    on the file names files something other than the objects themselves (pointers).
+    on the file names files something other than the objects themselves (pointer refs
+    were filed so before 2026-11-29; the tests write that layout).
     """
     level2: dict[str, dict[str, list[tuple[str, bytes, bytes]]]] = defaultdict(
         lambda: defaultdict(list)
@@ -89,10 +90,16 @@ def commit_blobs(repo: Repo, blobs: Sequence[bytes], message: str) -> str:
     """A commit (time 0) whose flat tree files `blobs` as 0, 1, 2, ...: no ref is set."""
     with PackWriter(repo.objects_dir) as pack:
         entries = [(BLOB, str(i).encode(), pack.add("blob", [b])) for i, b in enumerate(blobs)]
-        root = pack.add("tree", [tree_body(entries)])
-        commit = pack.add("commit", [commit_body(root.hex(), [], message, IDENT, 0)])
+        commit = write_flat(pack, entries, message)
         pack.finish()
-    return commit.hex()
+    return commit
+
+
+def write_flat(pack: PackWriter, entries: Sequence[tuple[str, bytes, bytes]], message: str) -> str:
+    """Add a commit (time 0, no parent) whose one tree files `entries` (mode, name, oid20)
+    to `pack`: a pure function of them and `message`. Returns its id (hex)."""
+    root = pack.add("tree", [tree_body(entries)])
+    return pack.add("commit", [commit_body(root.hex(), [], message, IDENT, 0)]).hex()
 
 
 def set_ref(repo: Repo, commit: str) -> str:

@@ -78,11 +78,12 @@ def _fetch_all(repo: Repo, store: ChunkStore, remote: str, refs: list[VersionRef
     pointers.resolve(store, remote, refs, exact=True)  # the objects themselves, to send on
 
 
-def _inline_here(repo: Repo, h: bytes, filing: Inline) -> tuple[str, int] | None:
-    """(oid, size) of the object a version ref files inline, where the fetch unpacked it."""
-    ((_, data),) = pointers.decoded(repo, {h: filing})
-    oid = object_id("blob", [data]).hex()
-    return (oid, len(data)) if repo.existing([oid]) else None
+def _inline_here(repo: Repo, texts: dict[bytes, Inline]) -> dict[bytes, tuple[str, int]]:
+    """Chunk hash -> (oid, size) of each object a version ref files inline, where the fetch
+    put it here (all decoded, and asked after, at once)."""
+    objects = {h: (object_id("blob", [d]).hex(), len(d)) for h, d in pointers.decoded(repo, texts)}
+    here = repo.existing(oid for oid, _ in objects.values())
+    return {h: o for h, o in objects.items() if o[0] in here}
 
 
 def _named(filing: Pointer | Inline) -> str:
@@ -101,8 +102,9 @@ def _written(repo: Repo, bytes_of: ObjectBytes, ref: VersionRef, target: Choice)
     version ref commit here)."""
     filed = {h: (oid, size) for h, oid, size in anchor_objects(repo, [ref.commit], [])}
     for chunks in pointers.pointed(repo, [ref]).values():
+        inline = _inline_here(repo, {h: p for h, p in chunks.items() if isinstance(p, Inline)})
         for h, p in chunks.items():
-            found = _inline_here(repo, h, p) if isinstance(p, Inline) else bytes_of.holder(h, p)
+            found = inline.get(h) if isinstance(p, Inline) else bytes_of.holder(h, p)
             if found is None:
                 raise MgitError(
                     f"object {_named(p)} of version {ref.version[:12]} is not here after "

@@ -33,9 +33,9 @@ from git_mgit.console.progress import Progress
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import Repo
 from git_mgit.store import anchors
-from git_mgit.store.anchors import BLOB, IDENT
+from git_mgit.store.anchors import BLOB
 from git_mgit.store.chunkstore import ChunkStore
-from git_mgit.store.gitobjects import DIR_MODE, commit_body, tree_body, tree_entries
+from git_mgit.store.gitobjects import DIR_MODE, tree_entries
 from git_mgit.store.lookup import RECORD_REF
 from git_mgit.store.packwriter import PackWriter, built
 from git_mgit.transfer.stores import pointer
@@ -150,9 +150,7 @@ def _pointer_commits(
                 (BLOB, (h.hex() + files[oid][0]).encode(), files[oid][1])
                 for h, (oid, _) in w.objects.items()
             ]
-            root = pack.add("tree", [tree_body(entries)])
-            message = f"{w.ref.message}\nstore {url}\n"
-            commit = pack.add("commit", [commit_body(root.hex(), [], message, IDENT, 0)]).hex()
+            commit = anchors.write_flat(pack, entries, f"{w.ref.message}\nstore {url}\n")
             w.ref = VersionRef(w.ref.version, w.ref.bases, commit)
         pack.finish()
 
@@ -228,8 +226,14 @@ def resolve(
         return here.holder(h, p) is None if exact else not store.has(h)
 
     for url, chunks in pointed(repo, refs).items():
-        texts = {h: f for h, f in chunks.items() if isinstance(f, Inline)}
-        inline = decoded(repo, {h: f for h, f in texts.items() if exact or not store.has(h)})
+        inline = decoded(
+            repo,
+            {
+                h: f
+                for h, f in chunks.items()
+                if isinstance(f, Inline) and (exact or not store.has(h))
+            },
+        )
         wanted: dict[Pointer, list[bytes]] = defaultdict(list)
         for h, p in chunks.items():
             if isinstance(p, Pointer) and lacks(h, p):
@@ -274,9 +278,6 @@ def _download(
     to a failure, which is raised. Bytes: those downloaded and those decoded."""
     got: list[tuple[bytes, bytes]] = []
     came = 0
-    for h, data in inline:
-        if arrived is not None:
-            arrived(h, data)
     # told its count (every object and their anchor), the pack is hashed as it is written,
     # each entry framed on the cores while the one before is hashed and written
     hashes = [*(h for hs in wanted.values() for h in hs), *(h for h, _ in inline)]
@@ -285,6 +286,8 @@ def _download(
         progress = None
         try:
             for h, data in inline:
+                if arrived is not None:
+                    arrived(h, data)
                 got.append((h, pack.add("blob", [data])))
                 came += len(data)
             if blobs is not None:

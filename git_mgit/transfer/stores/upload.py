@@ -15,8 +15,8 @@ pointer refs' push connects meanwhile, pointers.py); cancel() stops a push
 that failed, and what was uploaded stays (a rerun asks again and sends only
 the rest).
 
-Objects of at most mgit.inlineSize are neither hashed nor sent: their bytes
-are kept (`inline`) for the version refs, which file them as text (pointer.py).
+Objects of at most mgit.inlineSize are not sent: their bytes are kept
+(`inline`) for the version refs, which file them as text (pointer.py).
 
 Progress shows once the encoding is done, for the bytes left to send.
 """

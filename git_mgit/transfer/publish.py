@@ -27,10 +27,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from git_mgit import codecs
-from git_mgit.codecs.codec import Encoded
 from git_mgit.codecs.objectformat import Codec
 from git_mgit.console.progress import Progress
 from git_mgit.modelfile import manifest as mf
@@ -43,6 +42,9 @@ from git_mgit.store.lookup import ANCHOR_PREFIX, filed_by
 from git_mgit.store.packwriter import PackWriter
 from git_mgit.transfer.layout import Candidates, Plan, groups
 from git_mgit.transfer.trace import tracer
+
+if TYPE_CHECKING:  # the codecs load at the first chunk encoded, not with the push
+    from git_mgit.codecs.codec import Encoded
 from git_mgit.transfer.versions import VersionRef
 
 

@@ -760,6 +760,38 @@ def test_pointer_refs_file_pointers_flat_and_fanned_out_ones_still_resolve(
     checks_out_every_version(fresh, commits, versions)
 
 
+def test_a_pointer_tree_entry_of_a_later_format_asks_for_an_upgrade(tmp_path: Path) -> None:
+    """A version ref filing a chunk in a way this git-mgit does not know (a later one's
+    format) stops with one line naming the ref and the entry, and saying to upgrade: read
+    as absent, the chunk would surface later as "no remote has them"."""
+    from git_mgit.errors import MgitError
+    from git_mgit.transfer.stores import pointer
+    from git_mgit.transfer.stores.blobs import Pointer
+    from git_mgit.transfer.stores.pointers import pointed
+    from git_mgit.transfer.versions import VersionRef
+
+    root = init_mgit_repo(tmp_path / "src")
+
+    def blob(text: str) -> str:
+        return run_git("hash-object", "-w", "--stdin", cwd=root, input=text).stdout.strip()
+
+    def ref(listing: str) -> VersionRef:
+        tree = run_git("mktree", cwd=root, input=listing).stdout.strip()
+        message = "git-mgit version " + "a" * 40 + "\nstore lfs\n"
+        return VersionRef(
+            "a" * 40, (), run_git("commit-tree", tree, "-m", message, cwd=root).stdout.strip()
+        )
+
+    known = f"100644 blob {blob(pointer.render(Pointer('b' * 64, 3)).decode())}\t{'a' * 64}.lfs\n"
+    assert [dict(f) for f in pointed(find_repo(root), [ref(known)]).values()] == [
+        {bytes.fromhex("a" * 64): Pointer("b" * 64, 3)}
+    ]
+    later = "c" * 64 + ".zst"
+    mixed = ref(known + f"100644 blob {blob('x')}\t{later}\n")
+    with pytest.raises(MgitError, match=rf"version ref {mixed.name} files '{later}'.*upgrade"):
+        pointed(find_repo(root), [mixed])
+
+
 def test_a_damaged_pointer_tree_is_one_line_naming_the_ref(tmp_path: Path) -> None:
     """git fetches without checking objects (transfer.fsckObjects is off): a pointer ref whose
     tree a remote sent damaged stops with one line naming the ref, not a traceback."""

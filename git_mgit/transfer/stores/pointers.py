@@ -179,6 +179,12 @@ def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Poi
                     files.append((i, url, h, oid))
                 elif (h := pointer.chunk_of(text, pointer.INLINE_SUFFIX)) is not None:
                     found.append((i, url, h, Inline(oid, refs[i].name)))
+                else:  # a later git-mgit's filing: read as missing, it would hide why
+                    raise MgitError(
+                        f"version ref {refs[i].name} files {text!r}, which this git-mgit "
+                        "cannot read (a newer one pushed it): upgrade git-mgit "
+                        "(pip install -U git-mgit) and run the command again"
+                    )
         level = below
     bodies = repo.cat_blobs([f[3] for f in files])
     for (i, url, h, _), data in zip(files, bodies, strict=True):

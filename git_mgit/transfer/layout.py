@@ -18,7 +18,7 @@ as a delta of the first new version after it under the same rule, counting
 the versions already chained onto it, when that one is whole.
 
 Sizes are estimated the way the encoder decides: on the chunks' sample
-windows (codec.estimate_*), decoding each chunk once, one tensor at a time;
+windows (codecs.estimate_*), decoding each chunk once, one tensor at a time;
 what a version stored as it is costs is its objects' sizes.
 """
 
@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from git_mgit import codecs  # the encoder loads at the first estimate it makes
 from git_mgit.console.progress import Progress
 from git_mgit.modelfile import manifest as mf
 from git_mgit.store.chains import Key, hashes, keyed, own_objects
@@ -340,12 +341,16 @@ def estimate(
                     # tensor about as much as the steps beside it, whose deltas are stored.
                     delta_of[a, b] = sorted(steps)[len(steps) // 2]
                     continue
-                delta_of[a, b] = sampler.delta(a, b, key[2])
+                smp, scale = sampler.get(a, key[2])
+                delta_of[a, b] = (
+                    codecs.estimate_delta(smp, key[2], sampler.get(b, key[2])[0]) * scale
+                )
             for i, h in enumerate(chunks):
                 if h not in whole_of:
                     near = _nearest(chunks, i, stored)
                     if near is None:
-                        near = sampler.whole(h, key[2])
+                        smp, scale = sampler.get(h, key[2])
+                        near = codecs.estimate_whole(smp, key[2]) * scale
                     whole_of[h] = near
             progress.update(sum(c.length for _, c in group))
             sampler.forget()
@@ -361,33 +366,15 @@ def estimate(
 
 
 class _Sampler:
-    """Chunks' sample windows, decoded on demand (one tensor's versions at a time), and
-    the encoder's estimates on them (the codecs are imported here, by the first: a push
-    whose sizes are all known from the store never loads zstandard and blake3)."""
+    """Chunks' sample windows, decoded on demand (one tensor's versions at a time)."""
 
     def __init__(self, store: ChunkStore, read: Readable | None) -> None:
         self.decoded = DecodedChunks(store, read=read)
         self.samples: dict[bytes, tuple[memoryview, float]] = {}
 
-    def whole(self, h: bytes, dtype: str) -> float:
-        """Estimated bytes of chunk `h` stored whole."""
-        from git_mgit.codecs import codec
-
-        smp, scale = self.get(h, dtype)
-        return codec.estimate_whole(smp, dtype) * scale
-
-    def delta(self, a: bytes, b: bytes, dtype: str) -> float:
-        """Estimated bytes of chunk `a` stored as a delta of chunk `b`."""
-        from git_mgit.codecs import codec
-
-        smp, scale = self.get(a, dtype)
-        return codec.estimate_delta(smp, dtype, self.get(b, dtype)[0]) * scale
-
     def get(self, h: bytes, dtype: str) -> tuple[memoryview, float]:
         if h not in self.samples:
-            from git_mgit.codecs import codec
-
-            smp, scale = codec.sampled(self.decoded.get(h), dtype)
+            smp, scale = codecs.sampled(self.decoded.get(h), dtype)
             self.samples[h] = (memoryview(bytes(smp)), scale)
         return self.samples[h]
 

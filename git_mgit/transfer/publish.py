@@ -42,10 +42,10 @@ from git_mgit.store.lookup import ANCHOR_PREFIX, filed_by
 from git_mgit.store.packwriter import PackWriter
 from git_mgit.transfer.layout import Candidates, Plan, groups
 from git_mgit.transfer.trace import tracer
-
-if TYPE_CHECKING:  # the codecs load at the first chunk encoded, not with the push
-    from git_mgit.codecs.codec import Encoded
 from git_mgit.transfer.versions import VersionRef
+
+if TYPE_CHECKING:  # the encoder loads at the first chunk encoded, not with the push
+    from git_mgit.codecs.codec import Encoded
 
 
 @dataclass

@@ -301,15 +301,15 @@ class Repo:
     def batch_check(self, oids: Iterable[str], format: str) -> list[list[str]]:
         """The fields `format` names (`%(objectname) %(objectsize)`) of each of `oids` this
         repository has, in order: asked of this Repo's `git cat-file --batch-check`."""
-        names = list(oids)
+        names, fields = list(oids), format.split()
         if not names:
             return []
-        if any(atom not in _INFO_FIELDS for atom in format.split()):
+        if any(atom not in _INFO_FIELDS for atom in fields):
             # an atom the kept process does not print: a process of its own
             out = self.git_bytes("cat-file", f"--batch-check={format}", input=_lines(names))
             lines = out.decode("utf-8", "replace").splitlines()
             return [line.split() for line in lines if not line.endswith(" missing")]
-        atoms = [_INFO_FIELDS[atom] for atom in format.split()]
+        atoms = [_INFO_FIELDS[atom] for atom in fields]
         answers = self._info.ask(names)
         return [[a[0][i] for i in atoms] for a in answers if a is not None]
 

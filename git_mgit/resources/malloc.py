@@ -6,10 +6,11 @@ glibc maps every large allocation afresh and unmaps it on free, so each
 executable calls for every command, keeps freed memory in the heap, so the
 next chunk reuses it; peak memory is unchanged because a command's working
 set is a fixed number of chunks (a no-op where the C library is not glibc;
-model code runs in worker and torchrun processes of its own). Clean's chunk buffers come from take_buffer(): private
-anonymous maps, whose pages the kernel zeroes on first touch (a bytearray
-writes every byte when made, so a 64 MiB buffer holding a 4 MiB tensor
-faulted in all of it), kept after give_buffer() for the next file.
+model code runs in worker and torchrun processes of its own). Clean's chunk
+buffers come from take_buffer(): private anonymous maps, whose pages the
+kernel zeroes on first touch (a bytearray writes every byte when made, so a
+64 MiB buffer holding a 4 MiB tensor faulted in all of it), kept after
+give_buffer() for the next file.
 """
 
 from __future__ import annotations

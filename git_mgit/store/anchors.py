@@ -49,20 +49,9 @@ def write_anchor(
             (TREE, b.encode(), pack.add("tree", [tree_body(ents)])) for b, ents in subdirs.items()
         ]
         top.append((TREE, a.encode(), pack.add("tree", [tree_body(mid)])))
-    root = pack.add("tree", [tree_body(top)])
     msg = message or f"git-mgit objects\n\n{len(objects)} tensor objects\n"
-    return pack.add(
-        "commit",
-        [
-            commit_body(
-                root.hex(),
-                list(parents),
-                msg,
-                IDENT,
-                int(time.time()) if timestamp is None else timestamp,
-            )
-        ],
-    ).hex()
+    when = int(time.time()) if timestamp is None else timestamp
+    return _commit(pack, tree_body(top), parents, msg, when)
 
 
 def anchor_size(content_hashes: Iterable[bytes]) -> int:
@@ -98,8 +87,17 @@ def commit_blobs(repo: Repo, blobs: Sequence[bytes], message: str) -> str:
 def write_flat(pack: PackWriter, entries: Sequence[tuple[str, bytes, bytes]], message: str) -> str:
     """Add a commit (time 0, no parent) whose one tree files `entries` (mode, name, oid20)
     to `pack`: a pure function of them and `message`. Returns its id (hex)."""
-    root = pack.add("tree", [tree_body(entries)])
-    return pack.add("commit", [commit_body(root.hex(), [], message, IDENT, 0)]).hex()
+    return _commit(pack, tree_body(entries), (), message, 0)
+
+
+def _commit(
+    pack: PackWriter, tree: bytes, parents: Sequence[str], message: str, timestamp: int
+) -> str:
+    """Add the root `tree` (its body) and a commit of it by IDENT to `pack`: the commit id."""
+    root = pack.add("tree", [tree])
+    return pack.add(
+        "commit", [commit_body(root.hex(), list(parents), message, IDENT, timestamp)]
+    ).hex()
 
 
 def set_ref(repo: Repo, commit: str) -> str:

@@ -17,8 +17,9 @@ anchored.
 Fetching (resolve): after git brought the version refs, the pointers of the
 chunks this clone lacks are downloaded in one batch per store, each object
 checked against its SHA-256 before it is written into a new pack, which is
-anchored, beside the objects the refs file inline (decoded from their text); what was verified before a failure is kept. A caller may watch the
-objects as they arrive (`arrived`: a checkout decodes them meanwhile).
+anchored, beside the objects the refs file inline (decoded from their text);
+what was verified before a failure is kept. A caller may watch the objects
+as they arrive (`arrived`: a checkout decodes them meanwhile).
 """
 
 from __future__ import annotations

@@ -940,6 +940,50 @@ def test_credentials_go_over_https_or_to_loopback_only(tmp_path: Path) -> None:
         http.send("GET", "http://127.0.0.1:9/o", headers={"Authorization": "x"})
 
 
+class _AsksAlways(BaseHTTPRequestHandler):
+    """401 to every request; records the Authorization headers it was sent."""
+
+    protocol_version = "HTTP/1.1"
+    seen: ClassVar[list[str | None]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.seen.append(self.headers.get("Authorization"))
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="r"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_url_that_decodes_into_lines_of_its_own_gets_no_credentials(
+    workrepo: Path, tmp_path: Path
+) -> None:
+    """A committed .lfsconfig whose lfs.url holds `%0ahost=<another host>` would add that
+    line to what git credential is asked, and get that host's password back for the URL's
+    own server (git's CVE-2020-5260, git-lfs's CVE-2024-53263): it is refused instead."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AsksAlways)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        store_file = tmp_path / "git-credentials"
+        store_file.write_text("https://victim:github-s3cret@github.example\n")
+        helper = f"store --file={store_file}"
+        run_git("config", "--global", "credential.helper", helper, cwd=workrepo)
+        url = f"http://127.0.0.1:{server.server_port}/x%0aprotocol=https%0ahost=github.example"
+        commit_files(workrepo, {".lfsconfig": f"[lfs]\n\turl = {url}\n"}, "lfs.url")
+        run_git("remote", "add", "origin", "https://github.example/org/model.git", cwd=workrepo)
+        with pytest.raises(BlobStoreError) as failed:
+            store_for(workrepo).missing(list(blobs(10)))
+        message = str(failed.value)
+        assert "line break" in message and "\n" not in message and "s3cret" not in message
+        assert _AsksAlways.seen == [None]  # asked once, answered with nothing
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_an_ssh_remote_authenticates_through_git_lfs_authenticate(
     lfs_server: LfsServer, workrepo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

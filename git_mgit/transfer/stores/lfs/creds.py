@@ -21,6 +21,8 @@ from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.policy import redact
 from git_mgit.transfer.stores.lfs.trace import trace
 
+_BREAKS = "\n\r\0"  # what ends a line of git credential's input, or the input
+
 
 @dataclass(frozen=True, repr=False)
 class Credential:
@@ -76,6 +78,15 @@ class GitCredentials:
         return self._fill(fields, f"cert:///{cert.lstrip('/')}", prompt=True)
 
     def _fill(self, asked: list[tuple[str, str]], url: str, prompt: bool) -> Credential:
+        for key, value in asked:
+            if any(c in value for c in _BREAKS):
+                # `%0ahost=other` decodes into a line of its own: git credential would then
+                # answer for that host (git's CVE-2020-5260, git-lfs's CVE-2024-53263)
+                raise BlobStoreError(
+                    f"{redact(url)}: its {key}, decoded, holds a line break or a NUL, so it "
+                    "could speak for another host to git credential; git-mgit sends it no "
+                    "credentials (check the remote's URL, lfs.url and .lfsconfig)"
+                )
         out = self._run("fill", asked, env=None if prompt else NO_PROMPT)
         fields = tuple(
             (k, v) for k, _, v in (line.partition("=") for line in out.splitlines()) if k

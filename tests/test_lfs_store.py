@@ -416,27 +416,23 @@ def test_an_object_body_is_read_whole_or_found_short_or_long() -> None:
         pool.close()
 
 
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that no CA signed, and its key."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    request = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    request += ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    paths = ["-keyout", str(key), "-out", str(cert)]
+    subprocess.run(["openssl", *request, *paths], check=True, capture_output=True)
+    return cert, key
+
+
 def test_https_verifies_the_server_certificate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Over HTTPS the client checks the server's certificate against the system's CAs: one
     no CA signed is refused at once, in one line; the same one, trusted (as git trusts it),
     is accepted and its connection kept alive."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    request = [
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]
-    san = ["-addext", "subjectAltName=IP:127.0.0.1"]
-    paths = ["-keyout", str(key), "-out", str(cert)]
-    subprocess.run(["openssl", *request, *san, *paths], check=True, capture_output=True)
+    cert, key = _self_signed(tmp_path)
     ports: list[int] = []
 
     class Serve(BaseHTTPRequestHandler):
@@ -982,6 +978,145 @@ def test_a_url_that_decodes_into_lines_of_its_own_gets_no_credentials(
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _ChunkedGitLab(BaseHTTPRequestHandler):
+    """A Batch API whose upload actions carry the framing headers GitLab's do
+    (`Transfer-Encoding: chunked`), a wrong `content-length` and `Host`, and the storage
+    they point to, which records what each PUT was sent."""
+
+    protocol_version = "HTTP/1.1"
+    puts: ClassVar[list[tuple[dict[str, str], bytes]]] = []
+
+    def do_POST(self) -> None:
+        asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        base = f"http://127.0.0.1:{self.server.server_address[1]}"  # type: ignore[index]
+        header = {"Transfer-Encoding": "chunked", "content-length": "5", "Host": "elsewhere"}
+        header["content-type"] = "application/x-model"
+        objects = [
+            {**o, "actions": {"upload": {"href": f"{base}/o/{o['oid']}", "header": header}}}
+            for o in asked["objects"]
+        ]
+        self._reply(200, json.dumps({"objects": objects}).encode())
+
+    def do_PUT(self) -> None:
+        sent = {k.lower(): v for k, v in self.headers.items()}
+        body = self.rfile.read(int(sent["content-length"])) if "content-length" in sent else b""
+        self.puts.append((sent, body))
+        self._reply(200, b"")
+
+    def _reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_framing_headers_an_action_carries_are_left_out(workrepo: Path) -> None:
+    """The body goes out framed by its own Content-Length: an action's `Transfer-Encoding:
+    chunked` (GitLab's uploads) or `Content-Length` would make the server misread it, so
+    they are not sent (as git-lfs's Go client does not send them); an action's own
+    `content-type` replaces the default one, whatever its case."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChunkedGitLab)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        run_git("config", "lfs.url", f"http://127.0.0.1:{server.server_port}/r", cwd=workrepo)
+        run_git("remote", "add", "origin", "https://git.example/r.git", cwd=workrepo)
+        objects = blobs(1200, 70000)
+        assert store_for(workrepo).upload(list(objects), objects.__getitem__) == 2
+        assert sorted(body for _, body in _ChunkedGitLab.puts) == sorted(objects.values())
+        for sent, body in _ChunkedGitLab.puts:
+            assert "transfer-encoding" not in sent and sent["content-length"] == str(len(body))
+            assert sent["host"] == f"127.0.0.1:{server.server_port}"
+            assert sent["content-type"] == "application/x-model"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _batch_answer(**spec: object) -> bytes:
+    return json.dumps({"objects": [{"oid": "a" * 64, "size": 1, **spec}]}).encode()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _batch_answer(actions=["download"]),
+        _batch_answer(actions={"download": "https://h/o"}),
+        _batch_answer(actions={"download": {"header": {}}}),
+        _batch_answer(actions={"download": {"href": "https://h/o", "header": ["x"]}}),
+        _batch_answer(actions={"download": {"href": "https://h/o", "header": {"X": "a\r\nB: c"}}}),
+        _batch_answer(actions={"download": {"href": "https://h/o", "expires_in": "soon"}}),
+        _batch_answer(error="gone"),
+        _batch_answer(error={"code": "E404"}),
+    ],
+)
+def test_an_object_described_otherwise_than_the_batch_api_does_is_one_line(
+    answer: bytes,
+) -> None:
+    from git_mgit.transfer.stores.lfs import batch
+
+    with pytest.raises(BlobStoreError, match="does not describe as the Batch API does") as failed:
+        batch.parse_answers(answer, [Pointer("a" * 64, 1)], "Git LFS at https://h/x")
+    assert "\n" not in str(failed.value)
+
+
+def test_a_retry_after_no_clock_reaches_is_no_retry_after() -> None:
+    from git_mgit.transfer.stores.lfs.retry import retry_after
+
+    assert retry_after({"Retry-After": "Wed, 21 Oct 99999999999999999999 07:28:00 GMT"}) is None
+    assert retry_after({"Retry-After": "7"}) == 7.0
+
+
+def test_a_redirect_from_https_to_plain_http_is_refused(tmp_path: Path) -> None:
+    """The body and an action's own headers (a storage token) would cross the network in
+    clear: git-lfs refuses such a redirect, and so does git-mgit, before sending a byte."""
+    cert, key = _self_signed(tmp_path)
+    sink: list[str] = []
+
+    class Sink(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            sink.append(self.path)
+
+    class Downgrade(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_PUT(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.1:{plain.server_port}/sink")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    plain = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    secure = ThreadingHTTPServer(("127.0.0.1", 0), Downgrade)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    secure.socket = context.wrap_socket(secure.socket, server_side=True)
+    for server in (plain, secure):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    trusting = HttpConfig([("http.sslcainfo", str(cert))], env={})
+    http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), trusting)
+    try:
+        with pytest.raises(BlobStoreError, match="redirected to plain http") as failed:
+            http.send(
+                "PUT",
+                f"https://127.0.0.1:{secure.server_port}/upload",
+                headers={"X-Upload-Token": "st0rage"},
+                body=b"weights",
+            )
+        assert "\n" not in str(failed.value) and sink == []
+    finally:
+        http.close()
+        for server in (plain, secure):
+            server.shutdown()
+            server.server_close()
 
 
 def test_an_ssh_remote_authenticates_through_git_lfs_authenticate(

@@ -68,7 +68,7 @@ def upload(api: BatchApi, answer: Answer, data: Body) -> bool:
         action = actions.get("upload")
         if action is None:
             return False  # renewed: the server has it now
-        headers = {"Content-Type": "application/octet-stream", **action.header}
+        headers = action.headers({"Content-Type": "application/octet-stream"})
         if isinstance(data, Pieces):  # sent as its runs, framed by Content-Length (not chunked)
             headers["Content-Length"] = str(len(data))
         response = api.http.send(
@@ -86,7 +86,7 @@ def upload(api: BatchApi, answer: Answer, data: Body) -> bool:
         response = api.http.send(
             "POST",
             action.href,
-            headers={"Accept": batch.MEDIA_TYPE, "Content-Type": batch.MEDIA_TYPE, **action.header},
+            headers=action.headers({"Accept": batch.MEDIA_TYPE, "Content-Type": batch.MEDIA_TYPE}),
             body=json.dumps({"oid": pointer.oid, "size": pointer.size}).encode(),
             cred_url=actions.cred_url(action),
         )

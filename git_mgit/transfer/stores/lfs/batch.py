@@ -20,6 +20,14 @@ MEDIA_TYPE = "application/vnd.git-lfs+json"
 MAX_OBJECTS = 100
 _EXPIRY_MARGIN_S = 5.0
 _MAX_MESSAGE = 300
+# Headers about the framing of a request or its connection: the HTTP client sets them for
+# the body it sends. Taken from a server they would contradict it (GitLab's upload actions
+# say `Transfer-Encoding: chunked`, and the body goes out framed by its Content-Length),
+# so they are left out, as Go's net/http, git-lfs's client, ignores them in a header map.
+_FRAMING = frozenset(
+    {"connection", "content-length", "host", "keep-alive", "proxy-connection", "te", "trailer"}
+    | {"transfer-encoding", "upgrade"}
+)
 
 # What to do when a batch request as a whole is refused, by status.
 _ADVICE = {
@@ -70,6 +78,26 @@ class Action:
     def expired(self) -> bool:
         return self.expires_at is not None and time.time() + _EXPIRY_MARGIN_S >= self.expires_at
 
+    def headers(self, defaults: dict[str, str]) -> dict[str, str]:
+        """The action's headers over `defaults`, a name given either way once (the action's)."""
+        given = {k.lower() for k in self.header}
+        return {k: v for k, v in defaults.items() if k.lower() not in given} | self.header
+
+
+def header_map(raw: object) -> dict[str, str]:
+    """The headers a server hands out (an action's, git-lfs-authenticate's), the framing
+    ones left out; ValueError if they are no map of names to text, or hold a line break."""
+    if not isinstance(raw, dict):
+        raise ValueError("headers are not a JSON object")
+    out = {}
+    for key, value in raw.items():
+        name, text = str(key), str(value)
+        if any(c in name + text for c in "\r\n\0") or not name:
+            raise ValueError("a header name or value holds a line break")
+        if name.lower() not in _FRAMING:
+            out[name] = text
+    return out
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -115,11 +143,17 @@ def parse_answers(data: bytes, asked: Sequence[Pointer], where: str) -> dict[Poi
     result = {}
     for pointer in asked:
         raw = answers.get((pointer.oid, pointer.size)) or by_oid.get(pointer.oid)
-        result[pointer] = (
-            _answer(pointer, raw, started)
-            if raw is not None
-            else Answer(pointer, error=(0, "the server's answer left this object out"))
-        )
+        if raw is None:
+            result[pointer] = Answer(pointer, error=(0, "the server's answer left this object out"))
+            continue
+        try:
+            result[pointer] = _answer(pointer, raw, started)
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+            raise BlobStoreError(
+                f"{where} answered a batch request with an object it does not describe as "
+                f"the Batch API does (sha256:{pointer.oid[:12]}: its error or actions); "
+                "report it to the server's owner"
+            ) from None
     return result
 
 
@@ -129,24 +163,26 @@ def _answer(pointer: Pointer, raw: dict, started: float) -> Answer:
         return Answer(pointer, error=(int(err.get("code") or 0), str(err.get("message") or "")))
     actions = {}
     for name, spec in (raw.get("actions") or {}).items():
+        href = spec["href"]
+        if not isinstance(href, str) or not href:
+            raise ValueError("an action without an href")
         actions[str(name)] = Action(
-            href=str(spec["href"]),
-            header={str(k): str(v) for k, v in (spec.get("header") or {}).items()},
-            expires_at=_expiry(spec, started),
+            href, header_map(spec.get("header") or {}), expiry(spec, started)
         )
     return Answer(pointer, actions, authenticated=bool(raw.get("authenticated")))
 
 
-def _expiry(spec: dict, started: float) -> float | None:
+def expiry(spec: dict, started: float) -> float | None:
+    """When an answer's `expires_in` (seconds from `started`) or `expires_at` ends it."""
     if spec.get("expires_in"):
         return started + float(spec["expires_in"])
     if spec.get("expires_at"):
         try:
             text = str(spec["expires_at"]).replace("Z", "+00:00")
             stamp = datetime.fromisoformat(text)
-        except ValueError:
+            return stamp.timestamp() if stamp.year > 1 else None  # Go's zero time: none given
+        except (ValueError, OverflowError, OSError):
             return None
-        return stamp.timestamp() if stamp.year > 1 else None  # Go's zero time: none given
     return None
 
 

@@ -127,6 +127,13 @@ class Http:
                             f"{redact(url)}: more than {_MAX_REDIRECTS} redirects; check the LFS URL"
                         )
                     target = _followed(url, response.headers["Location"])
+                    if url.startswith("https:") and not target.startswith("https:"):
+                        # the body and the action's headers would cross the network in clear
+                        raise BlobStoreError(
+                            f"{redact(url)} redirected to plain http ({redact(target)}); "
+                            "refusing to send the request unencrypted: report it to the "
+                            "server's owner, or set the LFS URL to where it should go"
+                        )
                     if origin(target) != origin(url):
                         headers = _without(headers, "authorization")
                         cred_url, sent = None, None

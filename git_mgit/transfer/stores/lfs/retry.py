@@ -97,6 +97,6 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError, OSError):  # a year no clock reaches
         return None
-    return max(0.0, when.timestamp() - time.time())

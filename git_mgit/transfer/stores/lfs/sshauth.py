@@ -17,10 +17,10 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
+from git_mgit.transfer.stores.lfs.batch import expiry, header_map
 from git_mgit.transfer.stores.lfs.endpoint import SshTarget
 from git_mgit.transfer.stores.lfs.gitconfig import LfsConfig
 from git_mgit.transfer.stores.lfs.trace import trace
@@ -121,21 +121,11 @@ class SshAuthenticator:
 def _parse(out: bytes, started: float, where: str) -> SshAuth:
     try:
         answer = json.loads(out)
-        href = str(answer["href"])
-        header = {str(k): str(v) for k, v in (answer.get("header") or {}).items()}
-    except (ValueError, KeyError, TypeError, AttributeError):
+        return SshAuth(
+            str(answer["href"]), header_map(answer.get("header") or {}), expiry(answer, started)
+        )
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
         raise BlobStoreError(
             f"{where} answered something that is not git-lfs-authenticate JSON; "
             "check the server's git-lfs-authenticate"
         ) from None
-    expires_at = None
-    if answer.get("expires_in"):
-        expires_at = started + float(answer["expires_in"])
-    elif answer.get("expires_at"):
-        try:
-            expires_at = datetime.fromisoformat(
-                str(answer["expires_at"]).replace("Z", "+00:00")
-            ).timestamp()
-        except ValueError:
-            expires_at = None
-    return SshAuth(href, header, expires_at)

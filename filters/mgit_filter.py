@@ -123,7 +123,8 @@ class MgitFilter:
             if missing:
                 from git_mgit.transfer import fetch
 
-                self._fetch({version: m})
+                if not retried:  # a delayed file was fetched for: its outcome says why not
+                    self._fetch({version: m})
                 if missing_chunks(m, self.store):
                     outcome = self._outcome or fetch.Outcome()
                     raise fetch.missing_error(pathname, self.store, m, outcome)
@@ -174,10 +175,17 @@ class MgitFilter:
         return list(self.delayed)
 
     def _fetch(self, wanted: dict[str, mf.Manifest], arrived: Arrived | None = None) -> None:
-        """One batch; each file still missing objects then fails with the outcome's reason."""
+        """One batch; each file still missing objects then fails with the outcome's reason.
+
+        Whatever goes wrong is that reason: raised from list_available() it would fail every
+        delayed file at once, those whose objects came included, in a line naming none."""
         from git_mgit.transfer import fetch
 
-        self._outcome = fetch.fetch_versions(self.store, wanted, arrived=arrived)
+        try:
+            self._outcome = fetch.fetch_versions(self.store, wanted, arrived=arrived)
+        except Exception as exc:
+            why = str(exc) if isinstance(exc, MgitError) else f"{type(exc).__name__}: {exc}"
+            self._outcome = fetch.Outcome(failed={"": why})
 
     def close(self) -> None:
         """At git's exit (it waits for us): finish direct writes, give the index their stat data."""

@@ -357,6 +357,75 @@ def test_offline_checkout_of_a_remote_only_version_is_one_line_and_writes_nothin
     assert ls.split()[1] == "-"  # on a remote only
 
 
+def test_a_notes_ref_locked_elsewhere_fails_no_checkout(tmp_path: Path, remote: Remote) -> None:
+    """The objects came; merging the remote's lineage notes then found refs/notes/mgit
+    locked (a concurrent `git notes`). That is a warning: the files are checked out, and
+    the next fetch merges the notes. It failed every file the fetch was for, in a line
+    naming none, while `git checkout` itself exited 0 with the files gone."""
+    versions = series(2)
+    src, commits = source(tmp_path, remote, versions)
+    work = clone(remote.url, tmp_path / "clone")
+    old = run_git("rev-parse", f"{commits[0]}:{MODEL}", cwd=src).stdout.strip()
+    run_git("notes", "--ref=mgit", "add", "-m", '{"name":"old"}', old, cwd=src)
+    run_git("push", "-q", "origin", "main", cwd=src)  # notes the clone has not seen yet
+    lock = work / ".git" / "refs" / "notes" / "mgit.lock"
+    lock.write_text("")
+    proc = run_git("checkout", "-q", commits[0], cwd=work)
+    assert (work / MODEL).read_bytes() == versions[0]
+    assert "lineage notes were not merged" in proc.stderr and "git mgit fetch" in proc.stderr
+    assert status_porcelain(work) == ""
+    lock.unlink()
+    mgit("fetch", cwd=work)
+    note = run_git("notes", "--ref=mgit", "show", f"{commits[0]}:{MODEL}", cwd=work).stdout
+    assert note.strip() == '{"name":"old"}'
+
+
+def test_a_delta_whose_base_did_not_come_is_fetched_for_again(
+    tmp_path: Path, http_remote: Remote
+) -> None:
+    """git fetch sets refs one at a time: a delta's version ref can land while its base's
+    fails (here a lock another process holds). The delta alone cannot be read, so the
+    version counts as missing and the next checkout fetches the base; it counted as here
+    (an object filed its chunks), and every later checkout failed for good."""
+    versions = series(5)
+    _src, commits = source(tmp_path, http_remote, versions)
+    work = clone(http_remote.url, tmp_path / "clone")
+    old = run_git("rev-parse", f"{commits[1]}:{MODEL}", cwd=work).stdout.strip()
+    (delta,) = [r for r in ls_remote(work, http_remote.url, "refs/mgit/v/*") if f"/{old}." in r]
+    base = delta.split(".", 1)[1].split(".")[0]
+    lock = work / ".git" / "refs" / "mgit" / "v" / f"{base}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    failed = run_git("checkout", "-q", commits[1], cwd=work, check=False)
+    assert failed.returncode != 0 and MODEL in failed.stderr
+    lock.unlink()
+    run_git("checkout", "-q", commits[1], cwd=work)
+    assert (work / MODEL).read_bytes() == versions[1]
+
+
+def test_a_delayed_file_is_fetched_for_once(tmp_path: Path, bare_remote: Remote) -> None:
+    """Offline, a checkout of three models' older versions asks the remote once: each file
+    git asks for again after the batch fails with the batch's reason, and fetches nothing
+    of its own (one batch per command)."""
+    names = [f"m{i}.safetensors" for i in range(3)]
+    run_git("config", "--global", "mgit.chunkSize", "8192", cwd=tmp_path)
+    src = init_mgit_repo(tmp_path / "src")
+    run_git("remote", "add", "origin", bare_remote.url, cwd=src)
+    for step in range(2):
+        for i, name in enumerate(names):
+            (src / name).write_bytes(model_bytes(10 * i + step + 1))
+        run_git("add", *names, cwd=src)
+        run_git("commit", "-q", "-m", f"v{step}", cwd=src)
+    run_git("push", "-q", "-u", "origin", "main", cwd=src)
+    work = clone(bare_remote.url, tmp_path / "clone")
+    run_git("remote", "set-url", "origin", str(tmp_path / "offline"), cwd=work)
+    trace = tmp_path / "trace.json"
+    env = {**os.environ, "GIT_TRACE2_EVENT": str(trace)}
+    proc = run_git("checkout", "-q", "HEAD~1", cwd=work, check=False, env=env)
+    assert proc.returncode != 0 and "could not be reached" in proc.stderr
+    assert commands_run(trace) == (1, 0)  # one listing, no fetch (nothing answered it)
+
+
 def big_model_source(tmp_path: Path, remote: Remote, seed: int) -> tuple[Path, bytes]:
     """A commit of a 1.1 MB model, pushes of at most 300k and objects of at most 100k."""
     big = model_bytes(seed, n=4096)

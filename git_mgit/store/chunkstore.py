@@ -108,7 +108,10 @@ class ChunkStore:
         self._resolved.clear()
 
     def missing(self, hashes: list[bytes]) -> list[bytes]:
-        return [h for h in dict.fromkeys(hashes) if not self.has(h)]
+        """Those of `hashes` that cannot be read here: no object holds the chunk, or none
+        whose delta chain's bases are here too (a fetch cut off between a delta's version
+        ref and its base's leaves the delta alone; fetching again brings the base)."""
+        return [h for h in dict.fromkeys(hashes) if not self.has(h) or self.resolve(h) is None]
 
     def invalidate(self) -> None:
         """Forget what was scanned and chosen (after a fetch or a push brought new refs)."""
@@ -320,12 +323,18 @@ class ChunkStore:
         return codecs.decode_all(self.decoder(content_hash))
 
     def close(self) -> None:
-        for done in self._copies:
-            done()
-        for packs, reader in self._sources[1:]:
-            packs.close()
-            reader.close()
-        self.flush()
-        self.reader.close()
-        self.packs.close()
-        self.cache.close()
+        """Wait for the copies from lenders, then write what is pending; every reader is
+        closed whatever fails on the way."""
+        try:
+            for done in self._copies:
+                done()
+        finally:
+            try:
+                self.flush()
+            finally:
+                for packs, reader in self._sources[1:]:
+                    packs.close()
+                    reader.close()
+                self.reader.close()
+                self.packs.close()
+                self.cache.close()

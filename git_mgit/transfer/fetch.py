@@ -36,7 +36,6 @@ from git_mgit.transfer.remotes import (
     transfer,
 )
 from git_mgit.transfer.stores import pointers, registry
-from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.choice import S3
 from git_mgit.transfer.versions import Published, VersionRef
 
@@ -71,8 +70,9 @@ def fetch_versions(
     """Fetch what checking out `wanted` (version id -> manifest) needs and is not here.
 
     Tries `remote`, else the default remote, then the others, until nothing is
-    missing; merges each remote's lineage notes on the way. Never raises for
-    an unreachable remote: the outcome says which were, and what is still missing.
+    missing; merges each remote's lineage notes on the way. Never raises for a
+    remote that could not be reached or could not give the objects: the outcome says
+    which and why, and what is still missing.
     `arrived` is told of each object a blob store sends, as it comes.
     """
     out = Outcome(missing=missing_versions(store, wanted))
@@ -85,7 +85,7 @@ def fetch_versions(
         except RemoteUnreachable as exc:
             out.unreachable[name] = str(exc)
             continue
-        except BlobStoreError as exc:
+        except (MgitError, OSError) as exc:  # a store's refusal, a ref git could not set...
             out.failed[name] = str(exc)
             store.invalidate()
             out.missing = missing_versions(store, out.missing)
@@ -181,7 +181,7 @@ def _fetch_from(
             }
         if not targets:
             if guessed is not None:  # it brought the refs, and the notes with them
-                notes.merge(repo, notes_ref)
+                notes.merge_fetched(repo, notes_ref)
             pointers.resolve(store, remote, closure, arrived=arrived)  # refs here, not objects
             return 0
         theirs = listing.get(notes.NOTES_REF)
@@ -205,7 +205,7 @@ def _fetch_from(
         break
     else:
         return 0
-    notes.merge(repo, notes_ref)
+    notes.merge_fetched(repo, notes_ref)
     pointers.resolve(store, remote, closure, arrived=arrived)
     return len(refs)
 
@@ -263,7 +263,7 @@ def _lend(store: ChunkStore, source: Path, targets: dict[str, str]) -> bool:
             print(f"git-mgit: warning: {exc}; the objects stay on the remote", file=sys.stderr)
             return
         if notes_ref is not None:
-            notes.merge(store.repo, notes_ref)
+            notes.merge_fetched(store.repo, notes_ref)
 
     store.borrow(source, copy.entries, done)
     copy.start()

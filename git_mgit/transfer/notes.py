@@ -8,6 +8,7 @@ refspec setup installs, and merged into refs/notes/mgit with `cat_sort_uniq`
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,6 +64,20 @@ def merge(repo: Repo, theirs: str) -> None:
         "cat_sort_uniq",
         theirs,
     )
+
+
+def merge_fetched(repo: Repo, theirs: str) -> None:
+    """merge() after a fetch brought objects: a notes ref another process holds locked (a
+    concurrent `git notes`) must not fail the checkout those objects are for. The fetched
+    notes stay under `theirs`, and the next fetch merges them."""
+    try:
+        merge(repo, theirs)
+    except MgitError as exc:
+        print(
+            f"git-mgit: warning: the remote's lineage notes were not merged ({exc}); "
+            "`git mgit fetch` merges them later",
+            file=sys.stderr,
+        )
 
 
 def identity(repo: Repo) -> list[str]:

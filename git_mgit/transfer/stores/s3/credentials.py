@@ -58,22 +58,25 @@ class Chain:
 def resolve(env: Mapping[str, str] | None = None) -> Chain:
     """The chain's answer for this process: obstore's own, or a shared profile's."""
     env = os.environ if env is None else env
-    from_env = tuple(env[k] for k in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN") if env.get(k))
-    if env.get("AWS_ACCESS_KEY_ID"):  # obstore reads them, first in the chain as in AWS's
-        return Chain(source="AWS_ACCESS_KEY_ID in the environment", secrets=from_env, found=True)
-    if env.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
-        return Chain(source="web identity (AWS_WEB_IDENTITY_TOKEN_FILE)", found=True)
     name = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE")
     explicit = name is not None
     name = name or "default"
     home = Path(env.get("HOME") or Path.home())
     creds_file = Path(env.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials")
     config_file = Path(env.get("AWS_CONFIG_FILE") or home / ".aws" / "config")
-    creds = _section(creds_file, [name])
     conf = _section(config_file, [f"profile {name}"] + (["default"] if name == "default" else []))
     config: dict[str, str] = {}
+    # The region is resolved apart from the credentials, as AWS's chain does: the
+    # environment's, else the profile's, wherever the keys come from.
     if conf.get("region") and not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
         config["region"] = conf["region"]
+    from_env = tuple(env[k] for k in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN") if env.get(k))
+    if env.get("AWS_ACCESS_KEY_ID"):  # obstore reads them, first in the chain as in AWS's
+        shown = "AWS_ACCESS_KEY_ID in the environment"
+        return Chain(config, source=shown, secrets=from_env, found=True)
+    if env.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
+        return Chain(config, source="web identity (AWS_WEB_IDENTITY_TOKEN_FILE)", found=True)
+    creds = _section(creds_file, [name])
     for where, values in ((creds_file, creds), (config_file, conf)):
         if all(values.get(k) for k in _STATIC):
             config["access_key_id"] = values["aws_access_key_id"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -25,9 +26,11 @@ from git_mgit.store.lookup import LookupCache
 from git_mgit.transfer import guess
 from git_mgit.transfer.remotes import recorded_versions
 from tests.gitsandbox import (
+    GitHttpServer,
     Remote,
     clone,
     commands_run,
+    init_http_remote,
     ls_remote,
     one_batch,
     run_git,
@@ -401,6 +404,68 @@ def test_a_delta_whose_base_did_not_come_is_fetched_for_again(
     lock.unlink()
     run_git("checkout", "-q", commits[1], cwd=work)
     assert (work / MODEL).read_bytes() == versions[1]
+
+
+def test_a_ref_republished_between_listing_and_fetch_is_fetched_again_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A push re-published the version ref (same tree, a new commit) and the old commit was
+    collected between the listing and the fetch: git's `not our ref`. The fetch lists again
+    and takes the new commit, also when git's stderr is a terminal, where its message goes
+    to the user and never reaches git-mgit (the retry keyed on that message)."""
+    real_git, wrapped = shutil.which("git"), tmp_path / "bin"
+    wrapped.mkdir()
+    (wrapped / "git").write_text(f'#!/bin/sh\nexec {real_git} "$@"\n')
+    (wrapped / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapped}{os.pathsep}{os.environ['PATH']}")  # the server's too
+    with GitHttpServer(tmp_path / "http-root") as server:
+        remote = init_http_remote(server)
+        src, commits = source(tmp_path, remote, series(2))
+        work = clone(remote.url, tmp_path / "clone")
+        old = run_git("rev-parse", f"{commits[0]}:{MODEL}", cwd=src).stdout.strip()
+        ref, skip, done = f"refs/mgit/v/{old}", tmp_path / "skip", tmp_path / "republished"
+        skip.write_text("")  # the first fetch (the branches') goes through
+        (wrapped / "git").write_text(
+            f"""#!/bin/sh
+if [ "$1" = http-backend ] && [ "$REQUEST_METHOD" = POST ] && [ ! -e {done} ]
+then case "$PATH_INFO" in *git-upload-pack)
+    if [ -e {skip} ]; then rm {skip}; exec {real_git} "$@"; fi
+    touch {done}; (cd {remote.path}
+    n=$(echo again | {real_git} commit-tree "$({real_git} rev-parse "{ref}^{{tree}}")")
+    {real_git} update-ref {ref} "$n" && {real_git} reflog expire --expire=now --all &&
+    {real_git} repack -a -d -q && {real_git} prune --expire=now) >/dev/null 2>&1;; esac
+fi
+exec {real_git} "$@"
+"""
+        )
+        terminal, side = os.openpty()
+        shown: list[bytes] = []
+        reader = threading.Thread(target=_read_all, args=(terminal, shown))
+        reader.start()
+        try:
+            proc = subprocess.run(
+                ["git", "mgit", "fetch", "--rev", commits[0]], cwd=work, stderr=side, check=False
+            )
+        finally:
+            os.close(side)
+            reader.join()
+            os.close(terminal)
+        said = b"".join(shown).decode(errors="replace")
+        assert done.exists() and "not our ref" in said and proc.returncode == 0, said
+        run_git("checkout", "-q", commits[0], cwd=work)
+        assert (work / MODEL).read_bytes() == series(2)[0]
+
+
+def _read_all(fd: int, into: list[bytes]) -> None:
+    """What a terminal shows, until its other side is closed."""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: every writer closed its side
+            return
+        if not chunk:
+            return
+        into.append(chunk)
 
 
 def test_a_delayed_file_is_fetched_for_once(tmp_path: Path, bare_remote: Remote) -> None:

@@ -24,7 +24,13 @@ from git_mgit.modelfile import manifest as mf
 from git_mgit.store import anchors
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
-from git_mgit.store.lookup import ANCHOR_PREFIX, RECORD_REF, anchor_objects, anchor_tips
+from git_mgit.store.lookup import (
+    ANCHOR_PREFIX,
+    RECORD_REF,
+    VERSION_PREFIX,
+    anchor_objects,
+    anchor_tips,
+)
 from git_mgit.transfer import guess, notes
 from git_mgit.transfer.local import LocalCopy, git_dir_at, remote_url
 from git_mgit.transfer.remotes import (
@@ -155,9 +161,10 @@ def _fetch_from(
         guessed = guess.begin(repo, remote, url, wanted)
     if guessed is not None or ahead is not None:  # its store's client too, most likely LFS's
         registry.warm_up()
+    relisted: dict[str, str] | None = None  # what the remote lists after a fetch failed
     for attempt in range(_ROUNDS):
         try:
-            listing = _listing(repo, remote, ahead if attempt == 0 else None)
+            listing = relisted or _listing(repo, remote, ahead if attempt == 0 else None)
         finally:
             if guessed is not None:
                 guessed.wait()
@@ -199,8 +206,9 @@ def _fetch_from(
             specs = [f"+{commit}:{name}" for name, commit in targets.items()]
             transfer(repo, "fetch", "--no-tags", "--no-write-fetch-head", remote, *specs)
         except GitError as exc:
-            if "not our ref" in exc.detail and attempt + 1 < _ROUNDS:
-                continue  # re-published and collected meanwhile: list again
+            relisted = _moved(repo, remote, targets) if attempt + 1 < _ROUNDS else None
+            if relisted is not None:
+                continue  # re-published and collected meanwhile: fetch what it lists now
             raise RemoteUnreachable(f"fetching from {anonymized(remote)} failed ({exc})") from exc
         break
     else:
@@ -208,6 +216,18 @@ def _fetch_from(
     notes.merge_fetched(repo, notes_ref)
     pointers.resolve(store, remote, closure, arrived=arrived)
     return len(refs)
+
+
+def _moved(repo: Repo, remote: str, asked: Mapping[str, str]) -> dict[str, str] | None:
+    """The remote's listing now, if a version ref `asked` names points elsewhere in it (a
+    push re-published it and the old commit was collected: git's `not our ref`, which
+    reaches git-mgit only where git's stderr is not the terminal's); else None."""
+    try:
+        now = _listing(repo, remote, None)
+    except RemoteUnreachable:
+        return None
+    moved = any(now.get(n) != c for n, c in asked.items() if n.startswith(VERSION_PREFIX))
+    return now if moved else None
 
 
 def _listing(repo: Repo, remote: str, ahead: Listing | None) -> dict[str, str]:

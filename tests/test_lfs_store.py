@@ -1064,6 +1064,17 @@ def test_an_object_described_otherwise_than_the_batch_api_does_is_one_line(
     assert "\n" not in str(failed.value)
 
 
+def test_what_a_server_says_reaches_the_terminal_as_one_printable_line() -> None:
+    """A server's message is the server's text: its escape sequences would be the
+    terminal's (set the window title, rewrite lines) and a line break would split git-mgit's
+    one line."""
+    from git_mgit.transfer.stores.lfs import batch
+
+    body = {"message": "quota\x1b]0;owned\x07 exceeded\r\nfor org", "documentation_url": "x\x1b[2J"}
+    said = batch.server_message(json.dumps(body).encode())
+    assert said == "quota?]0;owned? exceeded for org (see x?[2J)"
+
+
 def test_a_retry_after_no_clock_reaches_is_no_retry_after() -> None:
     from git_mgit.transfer.stores.lfs.retry import retry_after
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from git_mgit.console.quoted import quoted
 from git_mgit.transfer.stores.blobs import BlobStoreError, Pointer
 
 MEDIA_TYPE = "application/vnd.git-lfs+json"
@@ -194,9 +195,9 @@ def server_message(data: bytes) -> str:
         doc = str(reply.get("documentation_url") or "")
     except (ValueError, AttributeError):
         return ""
-    text = " ".join(message.split())[:_MAX_MESSAGE]
+    text = quoted(message, _MAX_MESSAGE)
     if doc:
-        text += f" (see {doc})"
+        text += f" (see {quoted(doc, _MAX_MESSAGE)})"
     return text
 
 
@@ -220,7 +221,7 @@ def object_error(where: str, operation: str, answer: Answer, others: int = 0) ->
     advice = _OBJECT_ADVICE.get(
         (operation, code), "try again, or report it to the server's owner with the message"
     )
-    text = " ".join(message.split())[:_MAX_MESSAGE]
+    text = quoted(message, _MAX_MESSAGE)
     verb = "give" if operation == "download" else "take"
     also = f" nor {others} other object(s) asked with it" if others else ""
     return BlobStoreError(

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from git_mgit.console.quoted import quoted
 from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.batch import expiry, header_map
 from git_mgit.transfer.stores.lfs.endpoint import SshTarget
@@ -111,7 +112,7 @@ class SshAuthenticator:
             if proc.returncode == _NOT_FOUND_EXIT or any(n in stderr.lower() for n in _NOT_FOUND):
                 trace(f"{target.user_and_host} has no {COMMAND}: using the derived https URL")
                 return SshAuth(None)
-            last = stderr.splitlines()[-1] if stderr else f"exit {proc.returncode}"
+            last = quoted(stderr.splitlines()[-1]) if stderr else f"exit {proc.returncode}"
             raise BlobStoreError(
                 f"{where} failed ({last}); check that `ssh {target.user_and_host}` works"
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from git_mgit.console.quoted import quoted
 from git_mgit.transfer.stores.blobs import BlobStoreError
 
 _CREDENTIALS = (
@@ -79,7 +80,7 @@ def store_error(
     text = str(exc)
     code = s3_code(exc)
     said = re.search(r"<Message>([^<]{1,300})</Message>", text)
-    detail = said.group(1) if said else ""
+    detail = quoted(said.group(1)) if said else ""
     if retries := re.search(r"after (\d+) retries", text):
         detail = f"{detail}; " if detail else ""
         detail += f"still failing after {retries.group(1)} retries"

@@ -43,6 +43,7 @@ from collections.abc import Iterable
 
 from git_mgit.errors import MgitError
 from git_mgit.gitcmd import NO_PROMPT, GitError, Repo
+from git_mgit.store import keep
 from git_mgit.store.lookup import VERSION_PREFIX
 from git_mgit.transfer import notes
 from git_mgit.transfer.remotes import (
@@ -60,12 +61,33 @@ _GUESSES = 256  # a tree with more of them is not guessed from
 _LISTING_WAIT = 2.0  # seconds a listing no fetch took may still take, at the filter's end
 
 
-def begin(
-    repo: Repo, remote: str, url: str, versions: Iterable[str]
-) -> subprocess.Popen[bytes] | None:
+class Guessed:
+    """The guessed fetch, under way: wait() ends it, and keeps the pack it brought out of
+    git's automatic repacks, as an on-demand fetch's is (store/keep.py)."""
+
+    def __init__(self, repo: Repo, argv: list[str]) -> None:
+        self._objects_dir = repo.objects_dir
+        self._before: set[str] | None = keep.packs(self._objects_dir)
+        self._proc = subprocess.Popen(
+            argv,
+            cwd=repo.cwd,
+            env={**os.environ, **NO_PROMPT},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def wait(self) -> None:
+        """Its outcome does not matter: the listing decides what is fetched."""
+        self._proc.wait()
+        if self._before is not None:
+            before, self._before = self._before, None
+            keep.mark_new(self._objects_dir, before)
+
+
+def begin(repo: Repo, remote: str, url: str, versions: Iterable[str]) -> Guessed | None:
     """Start fetching the versions' refs from `remote` (at `url`), if it is reached over
-    HTTP(S) and this clone has no version ref yet; wait() on what it returns (its outcome
-    does not matter: the listing decides)."""
+    HTTP(S) and this clone has no version ref yet."""
     names = [f"{VERSION_PREFIX}{v}*" for v in versions]
     if not names or not url.startswith(("http://", "https://")):
         return None
@@ -76,17 +98,13 @@ def begin(
         return None
     # nothing here reaches what it fetches, unless notes are: then they are worth offering
     negotiation = () if first else ("-c", "fetch.negotiationAlgorithm=noop")
-    return subprocess.Popen(
+    return Guessed(
+        repo,
         ["git", *KEEP_PACKS, *protocol(repo, remote), *negotiation, "fetch", "--quiet"]
         + ["--no-tags", "--no-write-fetch-head", NO_MAINTENANCE]
         + [remote]
         + [f"+{name}:{name}" for name in names]
         + [notes.notes_refspec(remote)],  # a glob: a remote without notes fails nothing
-        cwd=repo.cwd,
-        env={**os.environ, **NO_PROMPT},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
     )
 
 
@@ -97,7 +115,7 @@ class Ahead:
         self._started: threading.Thread | None = None
         self._repo: Repo | None = None
         self._listings: dict[str, Listing] = {}
-        self._guesses: dict[str, subprocess.Popen[bytes]] = {}
+        self._guesses: dict[str, Guessed] = {}
 
     def begin(self, repo: Repo) -> None:
         """Start it, if this is a fresh checkout from a remote over HTTP(S): on a thread,
@@ -108,7 +126,7 @@ class Ahead:
             self._started = threading.Thread(target=self._list, args=(repo,), daemon=True)
             self._started.start()
 
-    def take(self, remote: str) -> tuple[Listing | None, subprocess.Popen[bytes] | None]:
+    def take(self, remote: str) -> tuple[Listing | None, Guessed | None]:
         """The listing of `remote` begun ahead and the guess begun beside it (wait() on it),
         once each; None where there is none."""
         if self._started is not None:

@@ -1074,6 +1074,138 @@ def test_a_push_whose_uploads_fail_stops_writing_and_leaves_nothing_behind(
     assert report.uploaded == len(set(lfs_server.uploads())) == len(lfs_server.uploads())
 
 
+def _ended_within(seconds: float, begun: list, run: Callable[[], object]) -> BaseException | None:
+    """What `run()` (a push, or part of one) raised, if anything, run on a thread of its own;
+    the test fails if it runs `seconds` on (the uploads `begun` are cancelled first, so that
+    no thread is left waiting)."""
+    outcome: list[BaseException] = []
+
+    def push() -> None:
+        try:
+            run()
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=push, name="test-push", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        for upload in begun:
+            upload.cancel()
+        thread.join(seconds)
+        pytest.fail(f"the push still waited after {seconds} s")
+    return outcome[0] if outcome else None
+
+
+@pytest.mark.parametrize("kind", ["lfs", "s3"])
+def test_a_push_whose_uploads_are_refused_while_it_waits_for_room_ends_with_the_stores_error(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """The store answers but refuses every upload (read-only credentials, a quota) while the
+    push holds all it may (one object) and has nothing else to send: the refused object is
+    never let go, and the push used to wait for room forever (its upload thread for the
+    next object). It ends at once with the store's one-line refusal, and none of its
+    threads is left running."""
+    from git_mgit.transfer.push import push_versions
+    from git_mgit.transfer.stores import objectbytes
+    from git_mgit.transfer.stores.blobs import BlobStoreError
+    from tests.servers.faults import FaultProxy
+
+    versions = small_steps(3)  # `git add` stores the steps as deltas
+    root = init_mgit_repo(tmp_path / "src")
+    commits = commit_versions(root, versions[:1])
+    if kind == "lfs":
+        server = request.getfixturevalue("lfs_server")
+        upstream, said = server.url, "HTTP 403"
+    else:
+        bucket = request.getfixturevalue("s3_bucket")
+        upstream, said = bucket.endpoint, "AccessDenied"
+    with FaultProxy(upstream) as proxy:
+        if kind == "lfs":
+            server.store_credentials(tmp_path / "creds", also=(proxy.url,))
+            run_git("config", "mgit.store", "lfs", cwd=root)
+            run_git("config", "lfs.url", f"{proxy.url}/org/repo.git/info/lfs", cwd=root)
+            run_git("remote", "add", "origin", server.repo_url(), cwd=root)
+        else:
+            run_git("config", "mgit.store", bucket.url(endpoint=proxy.url), cwd=root)
+            run_git("remote", "add", "origin", init_bare_remote(tmp_path / "r.git").url, cwd=root)
+        run_git("push", "-q", "-u", "origin", "main", cwd=root)  # as `git add` wrote it
+        # the steps published whole: encoded, held one object at a time, nothing else to send
+        commits += commit_versions(root, versions[1:])
+        run_git("config", "mgit.maxChainDepth", "0", cwd=root)
+        monkeypatch.setattr(objectbytes, "HOLD", 1)
+        begun = _uploads_begun(monkeypatch)
+        denied = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+        # the first tries answered 500 and retried (a struggling server), so the refusals
+        # come once the push handed over all it could, and waits
+        proxy.fail("PUT", status=500, times=8)
+        pushed = len(proxy.requests)
+        proxy.fail("PUT", status=403, times=10_000, body=denied)
+        failed = _ended_within(
+            60,
+            begun,
+            lambda: push_versions(
+                find_repo(root), "origin", [commits[-1]], [commits[0]], {"refs/heads/main"}
+            ),
+        )
+        puts = [r for r in proxy.requests[pushed:] if r.method == "PUT"]
+        assert puts and all(r.fault for r in puts) and puts[-1].status == 403
+    assert isinstance(failed, BlobStoreError), repr(failed)
+    message = str(failed)
+    assert "\n" not in message and said in message
+    assert begun and not begun[0]._thread.is_alive()
+    left = [t.name for t in threading.enumerate() if t.name.startswith(("mgit-", f"{kind}-"))]
+    assert not [n for n in left if "upload" in n or "publish" in n], left
+
+
+def test_an_object_held_again_once_let_go_takes_no_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same object handed over twice (one chunk encoded on two threads at once, two
+    chunks encoded alike), the second time once the store held it: it is not held again,
+    so the room stays free for the next object."""
+    from git_mgit.transfer.stores import objectbytes
+
+    monkeypatch.setattr(objectbytes, "HOLD", 100)
+    read = objectbytes.ObjectBytes(store=None)  # type: ignore[arg-type] - holds, never reads
+
+    def waited() -> BaseException:
+        return AssertionError("hold() waited for room")
+
+    first = read.hold([b"x" * 100], waited)
+    read.release([first.oid])
+    assert read.hold([b"x" * 100], waited) == first
+    read.hold([b"y" * 100], waited)
+
+
+def test_a_push_that_encodes_an_object_again_once_it_was_sent_does_not_wait_for_it(
+    s3_bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object the store took, handed over again: the upload takes each object once, so
+    nothing would let a second copy go, and held it kept its room until the push ended
+    (the push waited for room forever). The next object is held at once, and each object
+    goes to the bucket once."""
+    from git_mgit.store.chunkstore import ChunkStore
+    from git_mgit.transfer.stores import objectbytes
+    from git_mgit.transfer.stores.upload import Upload
+
+    size = 1 << 20
+    again, after = os.urandom(size), os.urandom(size)
+    monkeypatch.setattr(objectbytes, "HOLD", size)  # room for one
+    repo = find_repo(init_mgit_repo(tmp_path / "src"))
+    upload = Upload(repo, "origin", s3_bucket.url(), ChunkStore(repo))
+    try:
+        upload.hold([again])
+        deadline = time.monotonic() + 30
+        while upload.read._held:  # until the bucket holds it, and it was let go
+            assert time.monotonic() < deadline, "the object was never sent"
+            time.sleep(0.02)
+        held = _ended_within(60, [upload], lambda: (upload.hold([again]), upload.hold([after])))
+        assert held is None, repr(held)
+        upload.hand_over([])
+        assert upload.wait().uploaded == 2
+    finally:
+        upload.cancel()
+
+
 def _to_lfs(lfs_server, tmp_path: Path) -> tuple[Path, list[str], list[bytes]]:
     """A repository of three 1 MB versions, committed, pushing to the LFS server's store:
     (its root, the commits, the versions)."""

@@ -10,6 +10,7 @@ appear in any message, log or trace.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -120,6 +121,7 @@ class BlobStore(ABC):
         read: Callable[[Pointer], Body],
         progress: Progress | None = None,
         settled: Callable[[Pointer], None] | None = None,
+        failed: Callable[[BaseException], None] | None = None,
     ) -> int:
         """Send the objects the store lacks (asking it first); how many were sent.
 
@@ -127,7 +129,9 @@ class BlobStore(ABC):
         yet: Chunks); a store may start sending before it ends. `read` returns an object's
         bytes; it may be called from several threads, for any pointer `objects` has yielded,
         until `settled` was called with it: once the store holds the object (sent, or there
-        already), from any thread, so that its bytes can go.
+        already), from any thread, so that its bytes can go. `failed` is called with an
+        upload's failure as it happens, from any thread: upload() raises it only when
+        `objects` next yields or ends, so a caller whose `objects` waits for more ends it.
         """
 
     @abstractmethod
@@ -224,8 +228,10 @@ class Uploads:
         pool: Executor,
         progress: Progress | None = None,
         settled: Callable[[Pointer], None] | None = None,
+        failed: Callable[[BaseException], None] | None = None,
     ) -> None:
-        self.pool, self.progress, self.settled = pool, progress, settled
+        self.pool, self.progress = pool, progress
+        self.settled, self.failed = settled, failed
         self.running: dict[Future[bool], Pointer] = {}
         self.sent = 0  # objects sent, of those finished
 
@@ -233,11 +239,20 @@ class Uploads:
         """Queue `upload(*args)`, which says whether it sent the object."""
         future = self.pool.submit(upload, *args)
         self.running[future] = pointer
-        if self.settled is not None:  # at once, from the thread that sent it
-            settled = self.settled
-            future.add_done_callback(
-                lambda f: f.cancelled() or f.exception() is not None or settled(pointer)
-            )
+        future.add_done_callback(functools.partial(self._ended, pointer))
+
+    def _ended(self, pointer: Pointer, future: Future[bool]) -> None:
+        """Tell the caller how an upload ended, at once, from the thread that ran it:
+        collect() sees it only when the caller's objects give the store a turn, and a push
+        may be waiting for the room that this object's release, or its failure, makes."""
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is None:
+            if self.settled is not None:
+                self.settled(pointer)
+        elif self.failed is not None:
+            self.failed(error)
 
     def there(self, pointer: Pointer) -> None:
         """The store holds `pointer` already: nothing to send."""

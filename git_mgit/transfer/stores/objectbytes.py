@@ -44,16 +44,22 @@ class ObjectBytes:
     def hold(self, parts: Sequence[Part], stop: Callable[[], BaseException | None]) -> Pointer:
         """Keep an object's bytes, just encoded and never changed after, until release();
         returns its pointer (its name from now on). Waits while more than HOLD would be
-        held, raising what `stop()` returns meanwhile (the uploads failed)."""
+        held, raising what `stop()` returns meanwhile (the uploads failed). An object known
+        already (held, or let go once the store held it) is not held again: the upload
+        takes each object once, and nothing would release a second copy."""
         held = Pieces([byte_view(p) for p in parts])
         p = Pointer.of(held)  # hashed on the thread that encoded it
         with self._room:
-            while self._held_bytes and self._held_bytes + len(held) > HOLD:
+            while (
+                p.oid not in self._known
+                and self._held_bytes
+                and self._held_bytes + len(held) > HOLD
+            ):
                 error = stop()
                 if error is not None:
                     raise error
                 self._room.wait(0.1)
-            if p.oid not in self._held:
+            if p.oid not in self._known:
                 self._held[p.oid] = held
                 self._known[p.oid] = p
                 self._held_bytes += len(held)

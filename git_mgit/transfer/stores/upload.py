@@ -166,7 +166,8 @@ class Upload:
 
     def _batches(self) -> Iterator[list[str] | None]:
         """The objects handed over, each once, a hand-over at a time; None each time none
-        more has come yet (the push is still encoding them)."""
+        more has come yet (the push is still encoding them). Stops at an upload's failure
+        (_failed()), raising it: the store, waiting here for objects, would not see it."""
         seen: set[str] = set()
         while True:
             try:
@@ -174,12 +175,14 @@ class Upload:
             except queue.Empty:
                 yield None
                 batch = self._queue.get()
-            if batch is None:
+            if batch is None or self._error is not None:
                 break
             fresh = [oid for oid in dict.fromkeys(oid for oid, _ in batch) if oid not in seen]
             seen.update(fresh)
             if fresh:
                 yield fresh
+        if self._error is not None:
+            raise self._error
         if self._cancelled:
             raise _Cancelled
 
@@ -193,6 +196,14 @@ class Upload:
                 self._by_pointer.setdefault(p, oid)
                 yield p
         self._all_hashed.set()
+
+    def _failed(self, error: BaseException) -> None:
+        """An upload failed: the push stops now, with the store's error, however it waits
+        (hold() for room that object keeps taken, the upload thread for more objects)."""
+        if self._error is None:
+            self._error = error
+        self.read.wake()
+        self._queue.put(None)
 
     def _moved(self, n: int) -> None:
         with self._lock:
@@ -212,6 +223,7 @@ class Upload:
                     lambda p: self.read.bytes(self._by_pointer[p]),
                     self._moved,
                     lambda p: self.read.release([p.oid]),  # held by its pointer's id
+                    self._failed,
                 )
                 for _ in stream:  # every pointer is filed, even one a store never asked for
                     pass
@@ -219,7 +231,8 @@ class Upload:
                 blobs.close()
                 self.read.forget(self.pointers)  # pages hashed but not sent (the store had them)
         except BaseException as e:  # raised where the push waits: hold(), readable(), wait()
-            self._error = e
+            if self._error is None:  # else an upload failed first (_failed()): that is said
+                self._error = e
             self.read.wake()
         finally:
             self._all_hashed.set()

@@ -148,13 +148,14 @@ class LfsStore(BlobStore):
         read: Callable[[Pointer], Body],
         progress: Progress | None = None,
         settled: Callable[[Pointer], None] | None = None,
+        failed: Callable[[BaseException], None] | None = None,
     ) -> int:
         """One batch request per chunk as `objects` come; every upload the server asks for
         goes into one queue of `lfs.concurrenttransfers`, so no chunk waits for the last."""
         api = self._apis["upload"]
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="lfs-upload")
         try:
-            uploads = Uploads(pool, progress, settled)
+            uploads = Uploads(pool, progress, settled, failed)
             wanted = (p for p in objects if p != _EMPTY)
             for chunk in Chunks(wanted, batch.MAX_OBJECTS, _CHUNK_BYTES):
                 for answer in api.batch("upload", chunk).values():

@@ -189,13 +189,14 @@ class S3Store(BlobStore):
         read: Callable[[Pointer], Body],
         progress: Progress | None = None,
         settled: Callable[[Pointer], None] | None = None,
+        failed: Callable[[BaseException], None] | None = None,
     ) -> int:
         """missing() asked per chunk of `objects` as they come (the caller hashes them lazily),
         every PUT in one queue: the first objects go while later ones are still hashed. A
         chunk the bucket held whole makes the next one 4x larger, up to `_MAX_CHUNK_BYTES`,
         so a push the bucket mostly holds lists shards instead of asking key by key."""
         with _pool(self.concurrency, "s3-upload") as pool:
-            uploads = Uploads(pool, progress, settled)
+            uploads = Uploads(pool, progress, settled, failed)
             cut = Chunks(objects, max_bytes=_CHUNK_BYTES)
             for chunk in cut:
                 todo = self.missing(chunk)

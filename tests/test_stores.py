@@ -790,6 +790,22 @@ def test_a_pointer_tree_entry_of_a_later_format_asks_for_an_upgrade(tmp_path: Pa
     mixed = ref(known + f"100644 blob {blob('x')}\t{later}\n")
     with pytest.raises(MgitError, match=rf"version ref {mixed.name} files '{later}'.*upgrade"):
         pointed(find_repo(root), [mixed])
+    # a pointer of another spec, or not a pointer at all: neither reads as an absent chunk
+    v2 = pointer.render(Pointer("b" * 64, 3)).decode().replace("spec/v1", "spec/v2")
+    spec = ref(f"100644 blob {blob(v2)}\t{'d' * 64}.lfs\n")
+    with pytest.raises(MgitError, match=rf"{spec.name} files a pointer of .*spec/v2.*upgrade"):
+        pointed(find_repo(root), [spec])
+    damaged = ref(f"100644 blob {blob('oid sha256:0')}\t{'e' * 64}.lfs\n")
+    with pytest.raises(MgitError, match=rf"{damaged.name}: the pointer .* is damaged.*git fsck"):
+        pointed(find_repo(root), [damaged])
+    deeper = run_git("mktree", cwd=root, input=known).stdout.strip()
+    nested = ref(f"040000 tree {deeper}\tab\n")  # ab/ holds files, not cd/ folders: fine
+    assert pointed(find_repo(root), [nested])
+    for _ in range(2):  # folders under ab/cd/: a layout no git-mgit wrote yet
+        deeper = run_git("mktree", cwd=root, input=f"040000 tree {deeper}\tef\n").stdout.strip()
+    too_deep = ref(f"040000 tree {deeper}\tab\n")
+    with pytest.raises(MgitError, match=rf"{too_deep.name} files folders below ab/cd/.*upgrade"):
+        pointed(find_repo(root), [too_deep])
 
 
 def test_a_damaged_pointer_tree_is_one_line_naming_the_ref(tmp_path: Path) -> None:

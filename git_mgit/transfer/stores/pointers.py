@@ -181,21 +181,34 @@ def pointed(repo: Repo, refs: Iterable[VersionRef]) -> dict[str, dict[bytes, Poi
                 elif (h := pointer.chunk_of(text, pointer.INLINE_SUFFIX)) is not None:
                     found.append((i, url, h, Inline(oid, refs[i].name)))
                 else:  # a later git-mgit's filing: read as missing, it would hide why
-                    raise MgitError(
-                        f"version ref {refs[i].name} files {text!r}, which this git-mgit "
-                        "cannot read (a newer one pushed it): upgrade git-mgit "
-                        "(pip install -U git-mgit) and run the command again"
-                    )
+                    raise _newer(refs[i], repr(text))
         level = below
+    if level:  # folders deeper than any layout this git-mgit wrote
+        raise _newer(refs[level[0][0]], "folders below ab/cd/")
     bodies = repo.cat_blobs([f[3] for f in files])
-    for (i, url, h, _), data in zip(files, bodies, strict=True):
+    for (i, url, h, oid), data in zip(files, bodies, strict=True):
         p = pointer.parse(data) if data is not None else None
-        if p is not None:
-            found.append((i, url, h, p))
+        if p is None:  # read as absent, the chunk would surface as `no remote has them`
+            spec = data.split(b"\n", 1)[0] if data is not None else b""
+            if spec.startswith(b"version ") and spec != b"version " + pointer.SPEC.encode():
+                raise _newer(refs[i], f"a pointer of {spec[8:80].decode('utf-8', 'replace')!r}")
+            raise MgitError(
+                f"version ref {refs[i].name}: the pointer it files for chunk "
+                f"{hashing.to_text(h)} is {'damaged' if data else 'missing'} (blob {oid}); "
+                "run `git fsck`, and fetch the ref again (`git mgit fetch`)"
+            )
+        found.append((i, url, h, p))
     out: dict[str, dict[bytes, Pointer | Inline]] = defaultdict(dict)
     for _, url, h, filing in sorted(found, key=lambda f: f[0]):
         out[url].setdefault(h, filing)
     return out
+
+
+def _newer(ref: VersionRef, what: str) -> MgitError:
+    return MgitError(
+        f"version ref {ref.name} files {what}, which this git-mgit cannot read (a newer one "
+        "pushed it): upgrade git-mgit (pip install -U git-mgit) and run the command again"
+    )
 
 
 def _entries(ref: VersionRef, tree: str, body: bytes) -> list[tuple[str, bytes, str]]:

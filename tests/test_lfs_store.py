@@ -950,8 +950,7 @@ class _AsksAlways(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def log_message(self, *args: object) -> None:
-        pass
+    log_message = _PathScoped.log_message
 
 
 def test_a_url_that_decodes_into_lines_of_its_own_gets_no_credentials(

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -493,21 +494,24 @@ def test_what_a_proxy_says_when_it_cannot_or_will_not_connect_reaches_the_user(
     closed.close()
 
 
+@pytest.mark.parametrize("user", ["gina", "corp\\gina:50%"])
 def test_a_proxy_url_with_a_user_only_takes_the_password_from_gits_credential_helper(
-    lfs_server: LfsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lfs_server: LfsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user: str
 ) -> None:
     """As git: `http.proxy = http://gina@proxy` asks git credential for gina's password at
     the proxy, approves it once the proxy took a request, and rejects it (the helper
-    forgets it) when the proxy answers 407."""
+    forgets it) when the proxy answers 407. A user spelt with escapes in the setting is
+    asked about as it is once they are decoded (they were decoded twice)."""
     _through_proxies(monkeypatch)
     password = secrets.token_urlsafe(8)
     store = tmp_path / "proxy-credentials"
     run_git("config", "--global", "credential.helper", f"store --file={store}", cwd=tmp_path)
     url = lfs_server.lfs_url() + "/locks"
-    with ForwardProxy(credentials=("gina", password)) as proxy:
-        config = HttpConfig([("http.proxy", f"http://gina@127.0.0.1:{proxy.port}")], env={})
+    spelt = quote(user, safe="")
+    with ForwardProxy(credentials=(user, password)) as proxy:
+        config = HttpConfig([("http.proxy", f"http://{spelt}@127.0.0.1:{proxy.port}")], env={})
         for given, admitted in ((password, True), ("wrong", False)):
-            store.write_text(f"http://gina:{given}@127.0.0.1:{proxy.port}\n")
+            store.write_text(f"http://{spelt}:{given}@127.0.0.1:{proxy.port}\n")
             http = Http(Access(GitCredentials(tmp_path)), 1, Timeouts(5.0, 5.0), config)
             if admitted:
                 response = http.send("GET", url, headers={})

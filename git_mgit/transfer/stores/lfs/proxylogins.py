@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from urllib.parse import quote
 
 from git_mgit.transfer.stores.blobs import BlobStoreError
 from git_mgit.transfer.stores.lfs.creds import Credential, GitCredentials
@@ -85,5 +86,7 @@ def _as_set(proxy: Proxy) -> Proxy:
 
 
 def _credential_url(proxy: Proxy) -> str:
+    """The proxy as git credential is asked about it; the user (taken apart from its
+    setting, so decoded) quoted again, as request_fields() decodes it once more."""
     host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
-    return f"{proxy.scheme}://{proxy.user}@{host}:{proxy.port}"
+    return f"{proxy.scheme}://{quote(proxy.user or '', safe='')}@{host}:{proxy.port}"

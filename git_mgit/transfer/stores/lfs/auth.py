@@ -35,6 +35,7 @@ class AccessModes:
     def __init__(self, path: Path | None = None) -> None:
         self._path = path
         self._urls: set[str] = set()
+        self._lock = threading.Lock()  # threads remember at once: one writer of the file
         if path is not None:
             with contextlib.suppress(OSError):
                 lines = path.read_text().split()
@@ -52,10 +53,11 @@ class AccessModes:
     def remember(self, cred_url: str) -> None:
         """Known to ask, for later processes too (a file that cannot be written is only a
         round trip lost)."""
-        if self.asks(cred_url):
-            return
-        self.add(cred_url)
-        self._save()
+        with self._lock:
+            if self.asks(cred_url):
+                return
+            self.add(cred_url)
+            self._save()
 
     def _save(self) -> None:
         if self._path is None:

@@ -367,10 +367,10 @@ def test_a_corrupt_stored_object_is_never_yielded(lfs_server: LfsServer, lfs_rep
 
 
 def test_an_object_body_is_read_whole_or_found_short_or_long() -> None:
-    """read_object receives a body straight into one buffer: one byte more than asked
-    shows a body too long; a connection that ends early is Transient (retried), and a
-    whole body leaves the connection for the next request, which one with bytes left
-    unread cannot carry."""
+    """read_object receives a body of the expected length straight into one buffer: one
+    byte more than asked shows a body too long; a connection that ends early is Transient
+    (retried), and a whole body leaves the connection for the next request, which one with
+    bytes left unread cannot carry."""
     data = os.urandom(MiB + 3)
     ports: list[int] = []  # the client's end of the connection, per request
 
@@ -410,6 +410,10 @@ def test_an_object_body_is_read_whole_or_found_short_or_long() -> None:
         assert get("/whole") == data
         assert get("/whole") == data
         assert ports[3] != ports[2] and ports[4] == ports[3]  # the server closed the short one
+        # a pointer (a remote's refs say it) claiming a petabyte takes no memory ahead: the
+        # body that came is read as it is, and the caller's check refuses its size
+        claimed = read_object(pool.request("GET", base + "/whole", None, {}), base, 1 << 50)
+        assert bytes(claimed) == data
     finally:
         server.shutdown()
         server.server_close()

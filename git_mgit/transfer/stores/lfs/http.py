@@ -256,12 +256,14 @@ def read_body(response: Response, url: str, limit: int | None = None) -> bytes:
 def read_object(response: Response, url: str, size: int) -> bytes | memoryview:
     """At most size + 1 bytes of the body (one more tells the caller it is too long).
 
-    They are received straight into one buffer: read() in pieces would copy every
-    byte twice more (the pieces, then their join), which on a small VM costs about
-    as much as the SHA-256 that checks them. An encoded body is read()."""
+    A body whose Content-Length is the pointer's size is received straight into one
+    buffer: read() in pieces would copy every byte twice more (the pieces, then their
+    join), which on a small VM costs about as much as the SHA-256 that checks them.
+    Any other (encoded, chunked, of another length) is read as it comes: a pointer's
+    size, which a remote's refs say, must not take memory before the bytes arrive."""
     raw = response.raw
     encoded = response.headers.get("Content-Encoding", "identity").lower() != "identity"
-    if encoded:
+    if encoded or getattr(raw, "length", None) != size:
         return read_body(response, url, limit=size)
 
     def read() -> tuple[memoryview, bool]:

@@ -28,6 +28,7 @@ from git_mgit.modelfile.smudge import missing_chunks, parse_or_none, smudge
 from git_mgit.store.chunkstore import ChunkStore
 from git_mgit.store.gitobjects import object_id
 from git_mgit.worktree.journal import Journal
+from git_mgit.worktree.same import same_as_file
 
 if TYPE_CHECKING:  # transfer is imported only when objects are missing
     from git_mgit.transfer.fetch import Outcome
@@ -73,8 +74,10 @@ class MgitFilter:
 
         self._streaming.set()
         written = self._directly_written(pathname)
-        if written is not None:
-            return written  # the server reads (and drops) the content git sends
+        if written is not None and self.repo.worktree is not None:
+            same, src = same_as_file(src, self.repo.worktree / pathname)
+            if same:  # git's refresh of the file: the journal knows its manifest
+                return written
         return clean(src, pathname, self.store, self.settings)
 
     def _directly_written(self, pathname: str) -> bytes | None:
@@ -82,7 +85,9 @@ class MgitFilter:
 
         git compares its content when the index does not yet have its stat
         data (a refresh before the filter's exit, or after a kill): hashing
-        gigabytes again would only say what the journal already knows.
+        gigabytes again would only say what the journal already knows. The
+        content git sends must still be the file's (same_as_file): git cleans
+        other bytes under a path too (`git hash-object --path`).
         """
         if self.repo.worktree is None or not self.journal.active():
             return None

@@ -117,6 +117,33 @@ def test_git_commands_write_large_files_directly(
     assert_direct(repo, v[1], "M  model.safetensors\n" if command[0] == "restore" else "")
 
 
+def test_other_bytes_cleaned_under_a_directly_written_path_get_their_own_manifest(
+    two_branches: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
+    """The journal answers git's refresh of a file written directly; `git hash-object
+    --path` cleans other bytes under that path, and with a split index (the journal's
+    records stay) those got the file's manifest: a commit made from it recorded the old
+    model. The bytes git streams are compared with the file's: a model sharing all but
+    its last byte with it, and another model, each get their own manifest."""
+    repo, v = two_branches
+    run_git("config", "core.splitIndex", "true", cwd=repo)
+    run_git("checkout", "-q", "next", cwd=repo)
+    assert journal(repo)  # a split index is not patched: the record stays
+    fresh = init_mgit_repo(tmp_path / "fresh")
+    near = tmp_path / "near.safetensors"
+    near.write_bytes(v[1][:-1] + bytes([v[1][-1] ^ 1]))
+    other = tmp_path / "other.safetensors"
+    other.write_bytes(v[2])
+    for path in (near, other, repo / MODEL):
+        ids = [
+            run_git("hash-object", f"--path={MODEL}", str(path), cwd=where).stdout.strip()
+            for where in (repo, fresh)
+        ]
+        assert ids[0] == ids[1], path.name
+    assert (repo / MODEL).read_bytes() == v[1]
+    assert run_git("status", "--porcelain", cwd=repo).stdout == ""  # the refresh: as before
+
+
 def test_stash_pop_writes_directly(two_branches: tuple[Path, list[bytes]]) -> None:
     repo, v = two_branches
     (repo / MODEL).write_bytes(v[2])

@@ -144,6 +144,26 @@ def test_other_bytes_cleaned_under_a_directly_written_path_get_their_own_manifes
     assert run_git("status", "--porcelain", cwd=repo).stdout == ""  # the refresh: as before
 
 
+def test_a_model_whose_name_is_not_utf8_is_added_and_checked_out(tmp_path: Path) -> None:
+    """File names are bytes to git. One that is not UTF-8 (Latin-1 `m\\xe9`) was encoded
+    strictly where git-mgit reads a path's staged manifest and keeps the journal of a
+    direct write, so it could be neither added nor checked out."""
+    v = versions(2)
+    repo = init_mgit_repo(tmp_path / "repo")
+    name = os.fsdecode(b"m\xe9.safetensors")
+    (repo / name).write_bytes(v[0])
+    run_git("add", ".", cwd=repo)
+    run_git("commit", "-q", "-m", "v0", cwd=repo)
+    (repo / name).write_bytes(v[1])
+    run_git("add", ".", cwd=repo)  # reads the staged manifest: a delta base
+    run_git("commit", "-q", "-m", "v1", cwd=repo)
+    run_git("checkout", "-q", "HEAD~1", "--", ".", cwd=repo)  # written directly
+    assert (repo / name).read_bytes() == v[0]
+    run_git("checkout", "-q", "HEAD", "--", ".", cwd=repo)
+    assert (repo / name).read_bytes() == v[1]
+    assert run_git("status", "--porcelain", cwd=repo).stdout == ""
+
+
 def test_stash_pop_writes_directly(two_branches: tuple[Path, list[bytes]]) -> None:
     repo, v = two_branches
     (repo / MODEL).write_bytes(v[2])

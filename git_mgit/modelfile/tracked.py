@@ -5,6 +5,7 @@ gc must keep).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -32,10 +33,14 @@ def filters(repo: Repo, paths: Iterable[str]) -> dict[str, str]:
     if not paths:
         return {}
     out = repo.git_bytes(
-        "check-attr", "-z", "--stdin", "filter", input=b"\0".join(p.encode() for p in paths) + b"\0"
+        "check-attr",
+        "-z",
+        "--stdin",
+        "filter",
+        input=b"\0".join(os.fsencode(p) for p in paths) + b"\0",
     )
     fields = out.split(b"\0")
-    return {fields[i].decode(): fields[i + 2].decode() for i in range(0, len(fields) - 2, 3)}
+    return {os.fsdecode(fields[i]): fields[i + 2].decode() for i in range(0, len(fields) - 2, 3)}
 
 
 def mgit_filtered(repo: Repo, paths: Iterable[str]) -> set[str]:
@@ -54,12 +59,12 @@ def tracked_files(
     if rev is None:  # "<mode> <oid> <stage>\t<path>": a conflicted path once per stage
         listing = repo.git_bytes("ls-files", "-s", "-z", *spec)
         fields = [(e.split(b"\t", 1), e.split()) for e in listing.split(b"\0") if e]
-        entries = [(n[1].decode(), f[1].decode(), f[0].decode()) for n, f in fields]
+        entries = [(os.fsdecode(n[1]), f[1].decode(), f[0].decode()) for n, f in fields]
     else:  # "<mode> <type> <oid>\t<path>"
         listing = repo.git_bytes("ls-tree", "-r", "-z", rev, *spec)
         fields = [(e.split(b"\t", 1), e.split()) for e in listing.split(b"\0") if e]
         entries = [
-            (n[1].decode(), f[2].decode(), f[0].decode()) for n, f in fields if f[1] == b"blob"
+            (os.fsdecode(n[1]), f[2].decode(), f[0].decode()) for n, f in fields if f[1] == b"blob"
         ]
     filtered = mgit_filtered(repo, [p for p, _, _ in entries])
     out = []

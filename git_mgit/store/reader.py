@@ -51,7 +51,7 @@ class ObjectReader:
         with self._lock:
             proc = self._process()
             assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(oid.encode() + b"\n")
+            proc.stdin.write(oid.encode("utf-8", "surrogateescape") + b"\n")  # `:path`s too
             proc.stdin.flush()
             line = _readline(proc.stdout)
             # "<name> missing" echoes the name, which may contain spaces.

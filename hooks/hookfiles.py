@@ -26,9 +26,12 @@ LISTING_FD_ENV = "GIT_MGIT_LISTING_FD"  # pre-push: the descriptor of the listin
 LISTING_END = "# git ls-remote: exit "  # the listing's last line, before the exit status
 _RUN = """\tprintf '%s' "$stdin" | git-mgit hook {name} "$@" || exit $?"""
 # pre-push lists the remote's refs as git-mgit's own listing would (protocol v0: every
-# ref, matched there), beginning before git-mgit does: a Python start takes as long.
+# ref, matched there), beginning before git-mgit does: a Python start takes as long. It
+# lists the URL git pushes to ($2; git runs the hook once for each of a remote's push
+# URLs), by the remote's name ($1) where that is its fetch URL: remote.<name>.* holds then.
 _RUN_LISTING = """\
-\t{{ git -c protocol.version=0 ls-remote "$1" </dev/null 2>&1; echo "{end}$?"; }} |
+\t{{ t=$1; [ "$(git remote get-url -- "$1" 2>/dev/null)" = "$2" ] || t=$2
+\t\tgit -c protocol.version=0 ls-remote "$t" </dev/null 2>&1; echo "{end}$?"; }} |
 \t\t{{ exec 3<&0; printf '%s' "$stdin" | {env}=3 git-mgit hook {name} "$@"; }} ||
 \t\texit $?"""
 _TEMPLATE = """\

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from git_mgit.gitcmd import find_repo
+from git_mgit.gitcmd import Repo, find_repo
 from git_mgit.hooks.hookfiles import LISTING_FD_ENV
 from git_mgit.transfer.remotes import push_listing
 
@@ -27,7 +27,7 @@ def run(args: list[str], stdin: bytes) -> int:
         return 0
     # the remote lists its refs while git-mgit starts and loads (begun by the hook's shell)
     repo = find_repo()
-    listing = push_listing(repo, args[0], handed)
+    listing = push_listing(repo, _listed(repo, args), handed)
     try:
         from git_mgit.transfer.push import Update, describe, pre_push
 
@@ -42,6 +42,15 @@ def run(args: list[str], stdin: bytes) -> int:
     if report.published and sys.stderr.isatty():
         print(f"git-mgit: {describe(report)}", file=sys.stderr)
     return 0
+
+
+def _listed(repo: Repo, args: list[str]) -> str:
+    """What the push lists, as the hook's shell does: the URL git pushes to (args[1]; git
+    runs the hook once for each of a remote's push URLs, and a mirror may lack what the
+    fetch URL holds), by the remote's name where that is its fetch URL."""
+    if len(args) < 2 or repo.git("remote", "get-url", "--", args[0], check=False) == args[1]:
+        return args[0]
+    return args[1]
 
 
 def _handed_listing() -> int | None:

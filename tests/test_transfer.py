@@ -30,6 +30,7 @@ from tests.gitsandbox import (
     Remote,
     clone,
     commands_run,
+    init_bare_remote,
     init_http_remote,
     ls_remote,
     one_batch,
@@ -467,6 +468,24 @@ def _read_all(fd: int, into: list[bytes]) -> None:
         if not chunk:
             return
         into.append(chunk)
+
+
+def test_a_push_url_added_to_a_remote_gets_the_objects_its_branch_needs(
+    tmp_path: Path, remote: Remote
+) -> None:
+    """git runs pre-push once for each of a remote's push URLs, naming it; the hook listed
+    the fetch URL, which held every version already, so a mirror added as a second push
+    URL got the branch without its tensor objects, and its clones could not check out."""
+    versions = series(2)
+    src, _ = source(tmp_path, remote, versions)
+    mirror = init_bare_remote(tmp_path / "mirror.git")
+    for url in (remote.url, mirror.url):
+        run_git("config", "--add", "remote.origin.pushurl", url, cwd=src)
+    run_git("push", "-q", "origin", "main", cwd=src)
+    fresh = clone(mirror.url, tmp_path / "fresh")
+    assert (fresh / MODEL).read_bytes() == versions[1]
+    run_git("checkout", "-q", "HEAD~1", cwd=fresh)
+    assert (fresh / MODEL).read_bytes() == versions[0]
 
 
 def test_a_delayed_file_is_fetched_for_once(tmp_path: Path, bare_remote: Remote) -> None:

@@ -488,6 +488,39 @@ def test_a_push_url_added_to_a_remote_gets_the_objects_its_branch_needs(
     assert (fresh / MODEL).read_bytes() == versions[0]
 
 
+def test_versions_published_on_a_branch_then_made_tips_stay_fetchable(
+    tmp_path: Path, bare_remote: Remote
+) -> None:
+    """V1 went out as a delta of V0 on a branch; main then moved to V1 (V0 re-published as a
+    delta of V1, V1 whole), then on to V3. Retiring or rotating V1's whole ref then left
+    V0 and V1 as deltas of each other only: neither could be fetched from the remote. A
+    version whose refs could lean back on it keeps its whole ref."""
+    run_git("config", "--global", "mgit.chunkSize", "8192", cwd=tmp_path)
+    run_git("config", "--global", "mgit.fetchBudget", "4", cwd=tmp_path)
+    src = init_mgit_repo(tmp_path / "src")
+    run_git("remote", "add", "origin", bare_remote.url, cwd=src)
+    versions, commits = series(4, step=1e-6), []
+    for i, data in enumerate(versions[:3]):
+        (src / MODEL).write_bytes(data)
+        run_git("add", MODEL, cwd=src)
+        run_git("commit", "-q", "-m", f"v{i}", cwd=src)
+        commits.append(run_git("rev-parse", "HEAD", cwd=src).stdout.strip())
+        if i == 0:
+            run_git("push", "-q", "origin", "main", cwd=src)
+    run_git("push", "-q", "origin", "HEAD:refs/heads/feature", cwd=src)
+    run_git("push", "-q", "origin", ":feature", cwd=src)
+    run_git("push", "-q", "origin", f"{commits[1]}:refs/heads/main", cwd=src)
+    run_git("checkout", "-q", "-B", "main", commits[1], cwd=src)
+    (src / MODEL).write_bytes(versions[3])
+    run_git("commit", "-q", "-am", "v3", cwd=src)
+    run_git("push", "-q", "origin", "main", cwd=src)
+    run_git("gc", "-q", "--prune=now", cwd=bare_remote.path)  # what no ref holds is gone
+    fresh = clone(bare_remote.url, tmp_path / "fresh")
+    for commit, data in ((commits[0], versions[0]), (commits[1], versions[1])):
+        run_git("checkout", "-q", commit, cwd=fresh)
+        assert (fresh / MODEL).read_bytes() == data
+
+
 def test_a_delayed_file_is_fetched_for_once(tmp_path: Path, bare_remote: Remote) -> None:
     """Offline, a checkout of three models' older versions asks the remote once: each file
     git asks for again after the batch fails with the batch's reason, and fetches nothing

@@ -202,14 +202,20 @@ def candidates(
         best = published.best(older)
         if best is None or not best.whole:
             continue
-        if older not in held and len(published.by_version[older]) > 1:
-            # Whole only while it was a tip: it has a delta ref too, which fetches take now.
+        if older not in held and published.grounded(older, without=best.name):
+            # Whole only while it was a tip: it has a delta ref too, which fetches take now
+            # (one that leads to whole refs, not back to it through a version leaning on it).
             cands.retire[older] = best.name
             continue
         if store.missing([c.content_hash for c in pushed.known[older].manifest.chunks()]):
             continue
         cands.parents.setdefault(newer, older)  # whole on the remote: it may lean on it
         if older in held or older in cands.rotations or not rotate:
+            continue
+        if len(published.by_version[older]) > 1:
+            # It has a delta ref already (pushed on another branch before it was a tip),
+            # whose bases may lean on it in turn: deleting its whole ref for another delta
+            # could leave refs that lead only to each other. It stays whole.
             continue
         # The remote's previous tip, whole until now: it may become a delta of the new one.
         cands.rotations[older] = published.hanging(older)

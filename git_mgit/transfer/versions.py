@@ -95,6 +95,19 @@ class Published:
             todo.extend(b for b in ref.bases if b not in out and not here(b))
         return sorted(out.values())
 
+    def grounded(self, version: str, without: str) -> bool:
+        """Whether a fetch of `version` still ends at whole refs once the ref named `without`
+        is gone: each version's best ref left (what closure() takes), through its bases,
+        never comes back to a version on the way, nor reaches one with no ref."""
+
+        def down(v: str, path: frozenset[str]) -> bool:
+            ref = next((r for r in self.by_version.get(v, ()) if r.name != without), None)
+            if v in path or ref is None:
+                return False
+            return all(down(b, path | {v}) for b in ref.bases)
+
+        return down(version, frozenset())
+
     def hanging(self, version: str) -> int:
         """The most levels of versions chained onto `version` (refs naming it as a base)."""
         children: dict[str, list[str]] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -390,6 +391,24 @@ def test_checkout_rev_paths_stages_and_writes(two_branches: tuple[Path, list[byt
     assert bad.returncode != 0 and "no model files tracked by git-mgit" in bad.stderr
     bad = mgit("checkout", "no-such-rev", cwd=repo, check=False)
     assert bad.returncode != 0 and "no-such-rev: not a commit" in bad.stderr
+
+
+def test_checkout_writes_no_file_through_a_symlinked_folder(tmp_path: Path) -> None:
+    """A folder on a model's path replaced by a symbolic link (to outside the working tree)
+    is not written through, as git's own checkout refuses to: one line names it."""
+    v = versions(1)
+    repo = init_mgit_repo(tmp_path / "repo")
+    (repo / "models").mkdir()
+    (repo / "models" / MODEL).write_bytes(v[0])
+    run_git("add", ".", cwd=repo)
+    run_git("commit", "-q", "-m", "v0", cwd=repo)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(repo / "models")
+    (repo / "models").symlink_to(outside)
+    bad = mgit("checkout", "--", f"models/{MODEL}", cwd=repo, check=False)
+    assert bad.returncode != 0 and "is a symbolic link" in bad.stderr
+    assert not list(outside.iterdir())
 
 
 def test_small_files_and_other_consumers_keep_the_filter_path(

@@ -160,6 +160,13 @@ def _stall_here(marker: Path) -> None:
 
 def _open(target: Path, name: str, placeholder: bool, executable: bool) -> int:
     if not placeholder:
+        linked = _linked_folder(target, name)
+        if linked is not None:
+            raise MgitError(
+                f"{name}: {linked} is a symbolic link; git-mgit writes no file through one, "
+                "as git does not (it could point outside the working tree): remove it, or "
+                "check the file out elsewhere"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)
         mode = 0o777 if executable else 0o666  # less the umask, as git creates files
@@ -179,6 +186,18 @@ def _open(target: Path, name: str, placeholder: bool, executable: bool) -> int:
             f"(`git mgit checkout -- {name}` writes the model over it)"
         )
     return fd
+
+
+def _linked_folder(target: Path, name: str) -> Path | None:
+    """The first folder on the way to `target` (the file `name`, relative to its working
+    tree) that is a symbolic link, if one is."""
+    parts = Path(name).parts
+    top = target.parents[len(parts) - 1]
+    for i in range(1, len(parts)):
+        folder = top.joinpath(*parts[:i])
+        if folder.is_symlink():
+            return folder
+    return None
 
 
 def presize(fd: int, size: int) -> None:

@@ -23,6 +23,7 @@ MARKER = "# git-mgit hook (managed by git-mgit; remove with git mgit uninstall)"
 CHAINED = ".mgit-chained"
 
 LISTING_FD_ENV = "GIT_MGIT_LISTING_FD"  # pre-push: the descriptor of the listing begun
+LISTED_ENV = "GIT_MGIT_LISTED"  # pre-push: what it lists (a remote's name, or a push URL)
 LISTING_END = "# git ls-remote: exit "  # the listing's last line, before the exit status
 _RUN = """\tprintf '%s' "$stdin" | git-mgit hook {name} "$@" || exit $?"""
 # pre-push lists the remote's refs as git-mgit's own listing would (protocol v0: every
@@ -30,9 +31,9 @@ _RUN = """\tprintf '%s' "$stdin" | git-mgit hook {name} "$@" || exit $?"""
 # lists the URL git pushes to ($2; git runs the hook once for each of a remote's push
 # URLs), by the remote's name ($1) where that is its fetch URL: remote.<name>.* holds then.
 _RUN_LISTING = """\
-\t{{ t=$1; [ "$(git remote get-url -- "$1" 2>/dev/null)" = "$2" ] || t=$2
-\t\tgit -c protocol.version=0 ls-remote "$t" </dev/null 2>&1; echo "{end}$?"; }} |
-\t\t{{ exec 3<&0; printf '%s' "$stdin" | {env}=3 git-mgit hook {name} "$@"; }} ||
+\tt=$1; [ "$(git remote get-url -- "$1" 2>/dev/null)" = "$2" ] || t=$2
+\t{{ git -c protocol.version=0 ls-remote "$t" </dev/null 2>&1; echo "{end}$?"; }} |
+\t\t{{ exec 3<&0; printf '%s' "$stdin" | {env}=3 {listed}="$t" git-mgit hook {name} "$@"; }} ||
 \t\texit $?"""
 _TEMPLATE = """\
 #!/bin/sh
@@ -61,7 +62,7 @@ def script(name: str) -> str:
     remote with manifests it cannot check out) before the chained hook runs.
     """
     run = (_RUN_LISTING if name == "pre-push" else _RUN).format(
-        name=name, end=LISTING_END, env=LISTING_FD_ENV
+        name=name, end=LISTING_END, env=LISTING_FD_ENV, listed=LISTED_ENV
     )
     return _TEMPLATE.format(marker=MARKER, name=name, chained=CHAINED, run=run)
 

@@ -14,7 +14,7 @@ import os
 import sys
 
 from git_mgit.gitcmd import Repo, find_repo
-from git_mgit.hooks.hookfiles import LISTING_FD_ENV
+from git_mgit.hooks.hookfiles import LISTED_ENV, LISTING_FD_ENV
 from git_mgit.transfer.remotes import push_listing
 
 
@@ -45,9 +45,13 @@ def run(args: list[str], stdin: bytes) -> int:
 
 
 def _listed(repo: Repo, args: list[str]) -> str:
-    """What the push lists, as the hook's shell does: the URL git pushes to (args[1]; git
-    runs the hook once for each of a remote's push URLs, and a mirror may lack what the
-    fetch URL holds), by the remote's name where that is its fetch URL."""
+    """What the push lists, as the hook's shell chose it (and said in LISTED_ENV) where it
+    began the listing: the URL git pushes to (args[1]; git runs the hook once for each of
+    a remote's push URLs, and a mirror may lack what the fetch URL holds), by the remote's
+    name where that is its fetch URL."""
+    chosen = os.environ.pop(LISTED_ENV, "")
+    if chosen:
+        return chosen
     if len(args) < 2 or repo.git("remote", "get-url", "--", args[0], check=False) == args[1]:
         return args[0]
     return args[1]

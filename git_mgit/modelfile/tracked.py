@@ -5,7 +5,6 @@ gc must keep).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,10 +36,10 @@ def filters(repo: Repo, paths: Iterable[str]) -> dict[str, str]:
         "-z",
         "--stdin",
         "filter",
-        input=b"\0".join(os.fsencode(p) for p in paths) + b"\0",
+        input=b"\0".join(p.encode("utf-8", "surrogateescape") for p in paths) + b"\0",
     )
     fields = out.split(b"\0")
-    return {os.fsdecode(fields[i]): fields[i + 2].decode() for i in range(0, len(fields) - 2, 3)}
+    return {_name(fields[i]): fields[i + 2].decode() for i in range(0, len(fields) - 2, 3)}
 
 
 def mgit_filtered(repo: Repo, paths: Iterable[str]) -> set[str]:
@@ -59,12 +58,12 @@ def tracked_files(
     if rev is None:  # "<mode> <oid> <stage>\t<path>": a conflicted path once per stage
         listing = repo.git_bytes("ls-files", "-s", "-z", *spec)
         fields = [(e.split(b"\t", 1), e.split()) for e in listing.split(b"\0") if e]
-        entries = [(os.fsdecode(n[1]), f[1].decode(), f[0].decode()) for n, f in fields]
+        entries = [(_name(n[1]), f[1].decode(), f[0].decode()) for n, f in fields]
     else:  # "<mode> <type> <oid>\t<path>"
         listing = repo.git_bytes("ls-tree", "-r", "-z", rev, *spec)
         fields = [(e.split(b"\t", 1), e.split()) for e in listing.split(b"\0") if e]
         entries = [
-            (os.fsdecode(n[1]), f[2].decode(), f[0].decode()) for n, f in fields if f[1] == b"blob"
+            (_name(n[1]), f[2].decode(), f[0].decode()) for n, f in fields if f[1] == b"blob"
         ]
     filtered = mgit_filtered(repo, [p for p, _, _ in entries])
     out = []
@@ -143,3 +142,9 @@ def with_bases(store: ChunkStore, needed: dict[bytes, str]) -> dict[bytes, str]:
             if store.locate(base):
                 stack.append(base)
     return needed
+
+
+def _name(path: bytes) -> str:
+    """A path as git gives it, bytes that are not UTF-8 kept (surrogateescape), as the filter
+    protocol's reader keeps them: the names must match."""
+    return path.decode("utf-8", "surrogateescape")

@@ -50,7 +50,7 @@ class Journal:
         self.dir = git_dir / "mgit" / "direct"
 
     def _file(self, path: str) -> Path:
-        return self.dir / hashlib.sha1(os.fsencode(path)).hexdigest()
+        return self.dir / hashlib.sha1(path.encode("utf-8", "surrogateescape")).hexdigest()
 
     def get(self, path: str) -> Record | None:
         try:
